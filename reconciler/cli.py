@@ -1,0 +1,201 @@
+"""The ``rackctl`` command line. Each command is a function ``(args) -> exit code``; ``main`` is
+the one place that turns errors into messages and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import __version__, pipeline, report, schemas
+from .atomicfile import atomic_write
+from .errors import InputError, RackctlError
+from .intent import block_sizes, load_intent
+from .inventory.nvidia_smi import parse_nvidia_smi_text
+from .inventory.store import write_inventory
+from .plan import FORMAT_VERSION
+from .statedir import StateDir, default_state_dir
+from .targets import slurm as slurm_target
+from .yamlsource import display_path, read_text
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+EPILOG = """exit codes:
+  validate   0 valid, 1 errors
+  inventory  0 written, 1 error (nothing written)
+  plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
+  apply      0 success, 1 failure
+  drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
+"""
+
+MAX_CAPTURE_BYTES = 64 * 1024 * 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run rackctl with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RackctlError as exc:
+        return _fail(args, str(exc))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: say so plainly; the traceback only on request
+        if os.environ.get("RACKCTL_DEBUG"):
+            raise
+        return _fail(args, f"internal error: {type(exc).__name__}: {exc} (set RACKCTL_DEBUG=1 for a traceback "
+                           "and please report it)")
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if getattr(args, "format", None) == "json":
+        # --format json promises exactly one JSON document on stdout, even on failure.
+        doc = {"format_version": FORMAT_VERSION, "error": message,
+               "diagnostics": [{"severity": "error", "code": "fatal", "subject": "", "message": message,
+                                "hardware": False}]}
+        print(json.dumps(doc, indent=2))
+    return EXIT_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rackctl", description="Declarative reconciler for rack-scale NVLink GPU "
+                                "clusters: intent -> discovered fabric -> Slurm topology/block.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"rackctl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    v = _sub(sub, "validate", "check an intent without discovery (schema, names, references, slicing)")
+    v.add_argument("-f", "--file", required=True, metavar="INTENT")
+    v.add_argument("--format", choices=("text", "json"), default="text")
+    v.set_defaults(func=cmd_validate)
+
+    i = _sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
+    i.add_argument("captures", nargs="+", metavar="CAPTURE", help="one file per host; host name = file name "
+                   "without .txt/.log")
+    out = i.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    i.add_argument("--hostname", help="host name for a single capture")
+    i.set_defaults(func=cmd_inventory)
+
+    for name, help_, func in (("plan", "show what apply would change", cmd_plan),
+                              ("apply", "write the Slurm files and reload", cmd_apply),
+                              ("drift", "report drift of managed files and hardware", cmd_drift)):
+        c = _sub(sub, name, help_)
+        c.add_argument("-f", "--file", required=True, metavar="INTENT")
+        c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
+        c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
+        c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records); "
+                       "default $XDG_STATE_HOME/rackctl")
+        if name == "apply":
+            c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
+            c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
+        else:
+            c.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+        if name == "plan":
+            c.add_argument("--out", metavar="PLANFILE", help="also write the JSON plan to this file")
+        c.set_defaults(func=func)
+    return p
+
+
+def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help_, description=help_, epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    intent = load_intent(args.file)
+    sizes = block_sizes(intent)
+    if args.format == "json":
+        print(json.dumps({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
+                          "tiers": len(intent.tiers), "block_sizes": sizes}, indent=2))
+    else:
+        print(f"{display_path(intent.path)}: valid — cluster {intent.name}, {len(intent.racks)} rack(s), "
+              f"{len(intent.tiers)} tier(s), BlockSizes={','.join(map(str, sizes))}")
+    return EXIT_OK
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    if args.hostname and len(args.captures) > 1:
+        raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
+    nodes, seen = [], {}
+    for cap in args.captures:
+        path = Path(cap)
+        host = args.hostname or _host_from_name(path.name)
+        if host in seen:
+            raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
+        seen[host] = cap
+        text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
+        node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
+        schemas.check("node-report", node, file=cap)
+        nodes.append(node)
+    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir else None,
+                              out_file=Path(args.out) if args.out else None)
+    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _host_from_name(name: str) -> str:
+    for suffix in (".txt", ".log"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    run = pipeline.compute(_intent(args), state_dir=args.state_dir)
+    sys.stdout.write(report.render(run.plan, args.format))
+    if args.out:
+        atomic_write(Path(args.out), report.render(run.plan, "json").encode())
+    return run.plan.exit_code()
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    run = pipeline.compute(_intent(args), state_dir=args.state_dir)
+    sys.stdout.write(report.render(run.plan, args.format))
+    return run.plan.drift_exit_code()
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    intent = _intent(args)
+    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    with state.lock():
+        run = pipeline.compute(intent, state_dir=args.state_dir)
+        plan = run.plan
+        if plan.has_errors:
+            sys.stdout.write(report.render(plan, "text"))
+            print("error: the plan has errors; nothing was applied", file=sys.stderr)
+            return EXIT_ERROR
+        if not plan.has_changes:
+            print("No changes. The Slurm files match the intent; nothing written, nothing reloaded.")
+            return EXIT_OK
+        sys.stdout.write(report.render(plan, "text"))
+        if not args.auto_approve and not _confirm():
+            print("Apply cancelled; nothing written.", file=sys.stderr)
+            return EXIT_ERROR
+        blocks = tuple((b.name, b.nodes) for b in run.desired.blocks)
+        result = slurm_target.apply(intent, run.files, run.live, state, blocks, reload=not args.no_reload)
+    how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
+    print(f"Apply complete: wrote {', '.join(result.written)} in {display_path(intent.slurm.config_dir)}; {how}.")
+    return EXIT_OK
+
+
+def _confirm() -> bool:
+    if not sys.stdin.isatty():
+        raise RackctlError("apply needs confirmation and standard input is not a terminal",
+                           hint="review `rackctl plan`, then run apply with --auto-approve")
+    answer = input("Apply these changes? Only 'yes' is accepted: ")
+    return answer.strip() == "yes"
+
+
+def _intent(args: argparse.Namespace):
+    return pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""The ClusterIntent: what the platform team declares (``schemas/intent.schema.json``).
+
+``load_intent(path)`` reads the YAML, validates it against the schema and the rules that need no
+discovery (names, references, slicing arithmetic, overlapping explicit slices, one BlockSizes on
+Slurm 24.11), and returns a frozen ``Intent``. Every error names the file, line and field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import hostlist, schemas
+from .errors import InputError
+from .yamlsource import SourceMap, load_yaml
+
+API_VERSION = "rackctl.dev/v1alpha1"
+DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
+                "gpu-disagreement", "not-reporting")
+DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
+DEFAULT_MIN_HEALTHY_SHARE = 0.75
+DEFAULT_IMEX_CHANNELS = 2048  # switch/nvidia_imex imex_channel_count default
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """How one rack is cut into slices.
+
+    ``mode``: whole | cliques | equal | explicit. ``count``: slices per rack (equal, cliques).
+    ``explicit``: slice name -> Slurm hostlist (explicit mode only), in intent order.
+    """
+
+    mode: str
+    count: int = 1
+    explicit: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Rack:
+    """One NVL72 rack: a name, exactly one selector, its tray count and slicing.
+
+    ``select_kind`` is ``hosts`` | ``chassisSerial`` | ``clusterUUID``; ``select_value`` its value
+    (a cluster UUID is kept lowercase).
+    """
+
+    name: str
+    select_kind: str
+    select_value: str
+    trays: int
+    slicing: Slicing
+    index: int  # position in the intent's racks list
+
+    @property
+    def slice_size(self) -> int:
+        """Declared trays per slice (never taken from discovery)."""
+        if self.slicing.mode == "explicit":
+            sizes = {len(hostlist.expand(hl)) for _, hl in self.slicing.explicit}
+            return max(sizes)
+        return self.trays // self.slicing.count
+
+    @property
+    def slice_count(self) -> int:
+        """Declared slices in this rack."""
+        return len(self.slicing.explicit) if self.slicing.mode == "explicit" else self.slicing.count
+
+    def declared_slice_names(self) -> list[str] | None:
+        """Full slice names (``r01``, ``r01/s0``, ``r03/a``) known before discovery.
+
+        None for cliques mode, whose names come from the discovered clique IDs.
+        """
+        mode = self.slicing.mode
+        if mode == "whole":
+            return [self.name]
+        if mode == "equal":
+            return [f"{self.name}/s{i}" for i in range(self.slicing.count)]
+        if mode == "explicit":
+            return [f"{self.name}/{n}" for n, _ in self.slicing.explicit]
+        return None
+
+
+@dataclass(frozen=True)
+class SlurmPartition:
+    """The Slurm side of a tier: one ``PartitionName=`` line (slurm.conf(5) partition options)."""
+
+    partition: str
+    qos: str | None = None
+    allow_qos: tuple[str, ...] = ()
+    allow_accounts: tuple[str, ...] = ()
+    max_time: str | None = None
+    priority_tier: int | None = None
+    default: bool = False
+    state: str = "UP"
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A service level: the slices it serves (rack names or ``RACK/SLICE``) and its partition."""
+
+    name: str
+    slices: tuple[str, ...]
+    slurm: SlurmPartition
+
+
+@dataclass(frozen=True)
+class SlurmTarget:
+    """Where and for which Slurm release the Slurm files are rendered."""
+
+    version: tuple[int, int]
+    config_dir: Path
+    topology_file: str
+    include_file: str
+    reload: tuple[str, ...]
+
+    @property
+    def version_text(self) -> str:
+        return f"{self.version[0]:02d}.{self.version[1]:02d}"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A validated ClusterIntent. Paths are absolute (resolved against the intent file)."""
+
+    path: Path
+    name: str
+    inventory_path: Path | None
+    racks: tuple[Rack, ...]
+    tiers: tuple[Tier, ...]
+    min_healthy_share: float
+    drain_on: frozenset[str]
+    imex: str
+    max_job_span: str
+    slurm: SlurmTarget
+    source: SourceMap
+
+    def rack(self, name: str) -> Rack | None:
+        return next((r for r in self.racks if r.name == name), None)
+
+
+def load_intent(path: str | Path) -> Intent:
+    """Load and validate an intent file.
+
+    Raises ``InputError`` (file:line: field: message) for YAML errors, schema violations and
+    every rule in this module's docstring.
+    """
+    path = Path(path)
+    data, smap = load_yaml(path, what="intent file")
+    if not isinstance(data, dict):
+        raise InputError("an intent must be a YAML mapping with apiVersion, kind, metadata, racks",
+                         file=smap.file, line=1)
+    schemas.check("intent", data, locate=smap.error)
+    return _build(path.resolve(), data, smap)
+
+
+def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
+    base = path.parent
+    defaults = data.get("defaults", {})
+    default_trays = defaults.get("trays", DEFAULT_TRAYS)
+    default_slicing = defaults.get("slicing", {"mode": "whole"})
+    health = defaults.get("health", {})
+    tiers_data = data.get("tiers", [])
+
+    racks: list[Rack] = []
+    seen_racks: dict[str, int] = {}
+    for i, r in enumerate(data["racks"]):
+        where = ("racks", i)
+        if r["name"] in seen_racks:
+            raise smap.error(where + ("name",), f"duplicate rack name {r['name']!r} "
+                             f"(first at racks[{seen_racks[r['name']]}])")
+        seen_racks[r["name"]] = i
+        kind, value = next(iter(r["select"].items()))
+        if kind == "hosts":
+            hostlist.expand(value, field=f"racks[{i}].select.hosts")
+        if kind == "clusterUUID":
+            value = value.lower()
+        trays = r.get("trays", default_trays)
+        slicing_data = r.get("slicing", default_slicing)
+        slicing_path = where + ("slicing",) if "slicing" in r else ("defaults", "slicing")
+        slicing = _slicing(r["name"], slicing_data, trays, tiers_data, smap, slicing_path)
+        racks.append(Rack(r["name"], kind, value, trays, slicing, i))
+
+    slurm_data = data.get("targets", {}).get("slurm", {})
+    version = tuple(int(x) for x in slurm_data.get("version", "24.11").split("."))
+    config_dir = Path(slurm_data.get("configDir", "/etc/slurm"))
+    slurm = SlurmTarget(
+        version=(version[0], version[1]),
+        config_dir=config_dir if config_dir.is_absolute() else base / config_dir,
+        topology_file=slurm_data.get("topologyFile", "topology.conf"),
+        include_file=slurm_data.get("includeFile", "rackctl.conf"),
+        reload=tuple(slurm_data.get("reload", ["scontrol", "reconfigure"])),
+    )
+    if slurm.topology_file == "topology.yaml" and slurm.version < (25, 5):
+        raise smap.error(("targets", "slurm", "topologyFile"),
+                         f"topology.yaml needs Slurm 25.05 or newer; version is {slurm.version_text}",
+                         hint="use topologyFile: topology.conf for Slurm 24.11")
+    if slurm.topology_file == slurm.include_file:
+        raise smap.error(("targets", "slurm", "includeFile"), "includeFile must differ from topologyFile")
+
+    inv = data.get("inventory")
+    intent = Intent(
+        path=path,
+        name=data["metadata"]["name"],
+        inventory_path=(base / inv["path"]) if inv else None,
+        racks=tuple(racks),
+        tiers=tuple(_tiers(tiers_data, smap)),
+        min_healthy_share=float(health.get("minHealthyShare", DEFAULT_MIN_HEALTHY_SHARE)),
+        drain_on=frozenset(health.get("drainOn", DRAIN_CAUSES)),
+        imex=data.get("policy", {}).get("imex", "none"),
+        max_job_span=data.get("policy", {}).get("maxJobSpan", "slice"),
+        slurm=slurm,
+        source=smap,
+    )
+    _check_hosts_disjoint(intent)
+    _check_tier_references(intent)
+    _check_block_sizes(intent)
+    return intent
+
+
+def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str, Any]],
+             smap: SourceMap, where: tuple) -> Slicing:
+    mode = s["mode"]
+    if mode == "whole":
+        return Slicing("whole", 1)
+    if mode == "explicit":
+        explicit = tuple(s["slices"].items())
+        owner: dict[str, str] = {}
+        sizes = set()
+        for name, hl in explicit:
+            hosts = hostlist.expand(hl, field=f"{smap.file}: {_fmt(where)}.slices.{name}")
+            sizes.add(len(hosts))
+            for h in hosts:
+                if h in owner and owner[h] != name:
+                    raise smap.error(where + ("slices", name),
+                                     f"host {h} is in slices {owner[h]!r} and {name!r} of rack {rack}; "
+                                     "a tray belongs to exactly one slice")
+                owner[h] = name
+        if len(owner) > trays:
+            raise smap.error(where + ("slices",), f"explicit slices of rack {rack} hold {len(owner)} "
+                             f"trays; the rack has {trays}")
+        if len(sizes) > 1:
+            raise smap.error(where + ("slices",), f"explicit slices of rack {rack} have different sizes "
+                             f"{sorted(sizes)}; a Slurm block topology needs one slice size per rack")
+        return Slicing("explicit", len(explicit), explicit)
+    count = s.get("count")
+    if mode == "cliques" and count is None:
+        named = {ref for t in tiers_data for ref in t.get("slices", []) if ref.startswith(rack + "/")}
+        count = max(1, len(named))
+    if count & (count - 1) or trays % count:
+        raise smap.error(where + ("count",), f"rack {rack}: slice count {count} must be a power of two "
+                         f"that divides the rack's {trays} trays (expected one of "
+                         f"{[c for c in (1, 2, 4, 8, 16, 32) if trays % c == 0]})")
+    return Slicing(mode, count)
+
+
+def _fmt(path: tuple) -> str:
+    from .yamlsource import format_path
+    return format_path(path)
+
+
+def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap) -> list[Tier]:
+    tiers = []
+    names: dict[str, int] = {}
+    partitions: dict[str, int] = {}
+    default_at: int | None = None
+    for i, t in enumerate(tiers_data):
+        s = t["slurm"]
+        if t["name"] in names:
+            raise smap.error(("tiers", i, "name"), f"duplicate tier name {t['name']!r} (first at tiers[{names[t['name']]}])")
+        names[t["name"]] = i
+        if s["partition"] in partitions:
+            raise smap.error(("tiers", i, "slurm", "partition"), f"partition {s['partition']!r} is already "
+                             f"used by tiers[{partitions[s['partition']]}]; one tier renders one partition")
+        partitions[s["partition"]] = i
+        if s.get("default"):
+            if default_at is not None:
+                raise smap.error(("tiers", i, "slurm", "default"), f"only one tier may be the default "
+                                 f"partition (tiers[{default_at}] already is)")
+            default_at = i
+        if len(set(t["slices"])) != len(t["slices"]):
+            raise smap.error(("tiers", i, "slices"), "a slice is listed twice")
+        tiers.append(Tier(t["name"], tuple(t["slices"]), SlurmPartition(
+            partition=s["partition"], qos=s.get("qos"), allow_qos=tuple(s.get("allowQos", ())),
+            allow_accounts=tuple(s.get("allowAccounts", ())), max_time=s.get("maxTime"),
+            priority_tier=s.get("priorityTier"), default=bool(s.get("default", False)),
+            state=s.get("state", "UP"))))
+    return tiers
+
+
+def _check_hosts_disjoint(intent: Intent) -> None:
+    owner: dict[str, str] = {}
+    for r in intent.racks:
+        if r.select_kind != "hosts":
+            continue
+        hosts = hostlist.expand(r.select_value)
+        if len(hosts) > r.trays:
+            raise intent.source.error(("racks", r.index, "select", "hosts"),
+                                      f"rack {r.name} selects {len(hosts)} hosts; it has {r.trays} trays")
+        for h in hosts:
+            if h in owner:
+                raise intent.source.error(("racks", r.index, "select", "hosts"),
+                                          f"host {h} is selected by racks {owner[h]} and {r.name}; "
+                                          "a host belongs to one rack")
+            owner[h] = r.name
+        for name, hl in r.slicing.explicit:
+            stray = [h for h in hostlist.expand(hl) if h not in set(hosts)]
+            if stray:
+                raise intent.source.error(("racks", r.index, "slicing", "slices", name),
+                                          f"{stray[0]} is not one of rack {r.name}'s hosts ({r.select_value})")
+
+
+def _check_tier_references(intent: Intent) -> None:
+    for i, t in enumerate(intent.tiers):
+        for j, ref in enumerate(t.slices):
+            rack_name, _, sub = ref.partition("/")
+            rack = intent.rack(rack_name)
+            where = ("tiers", i, "slices", j)
+            if rack is None:
+                raise intent.source.error(where, f"unknown rack {rack_name!r}; expected one of "
+                                          f"{', '.join(r.name for r in intent.racks)}")
+            if not sub:
+                continue
+            if rack.slicing.mode == "cliques":
+                if not (sub.startswith("c") and sub[1:].isdigit()):
+                    raise intent.source.error(where, f"rack {rack_name} is sliced by cliques; expected "
+                                              f"{rack_name}/c<cliqueId>, got {ref!r}")
+                continue
+            names = rack.declared_slice_names() or []
+            if ref not in names:
+                raise intent.source.error(where, f"rack {rack_name} has no slice {sub!r}; its slices "
+                                          f"are {', '.join(names)}")
+
+
+def block_sizes(intent: Intent) -> list[int]:
+    """``BlockSizes`` from the declared slice size and ``policy.maxJobSpan`` (topology.conf(5)).
+
+    slice -> [base]; rack -> base*2^k up to one rack; cluster -> base*2^k up to the whole
+    cluster, at most 16 levels. Assumes one slice size (checked at load for Slurm < 25.05).
+    """
+    base = min(r.slice_size for r in intent.racks)
+    if intent.max_job_span == "slice":
+        top = 1
+    elif intent.max_job_span == "rack":
+        top = max(r.slice_count for r in intent.racks)
+    else:
+        top = sum(r.slice_count for r in intent.racks)
+    sizes = [base]
+    while len(sizes) < 16 and 2 ** len(sizes) <= top:
+        sizes.append(base * 2 ** len(sizes))
+    return sizes
+
+
+def _check_block_sizes(intent: Intent) -> None:
+    sizes = {r.slice_size for r in intent.racks}
+    if len(sizes) > 1:
+        by_size = {s: [r.name for r in intent.racks if r.slice_size == s] for s in sorted(sizes)}
+        detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in by_size.items())
+        raise intent.source.error(("racks",), f"slices of different sizes ({detail}); Slurm "
+                                  f"{intent.slurm.version_text} has one BlockSizes for the whole cluster",
+                                  hint="use one slice size, or Slurm 25.05+ with topology.yaml "
+                                  "(separate topologies per slice size; not yet rendered by rackctl)")
+    if intent.max_job_span == "rack":
+        counts = {r.slice_count for r in intent.racks}
+        if len(counts) > 1 or any(c & (c - 1) for c in counts):
+            raise intent.source.error(("policy", "maxJobSpan"), "maxJobSpan: rack needs the same "
+                                      f"power-of-two slice count in every rack; found {sorted(counts)}")

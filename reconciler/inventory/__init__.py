@@ -1,0 +1,1 @@
+"""Inventory: NodeReports (one per host) and the sources that produce them."""

@@ -1,0 +1,66 @@
+"""The data flow of one run: intent -> inventory -> fabric -> desired -> live -> plan.
+
+Shared by ``plan``, ``apply`` and ``drift`` so that they can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .diagnostics import SEVERITIES, Diagnostic
+from .errors import InputError
+from .fabric import build_fabric
+from .intent import Intent, load_intent
+from .inventory.store import load_inventory
+from .plan import Plan, build_plan
+from .planner import DesiredSlurm, plan_slurm
+from .render.slurm import render_slurm
+from .statedir import AppliedRecord, StateDir, default_state_dir
+from .targets import slurm as slurm_target
+from .targets.slurm import LiveSlurm
+
+
+@dataclass
+class Run:
+    """Everything one run computed, for ``apply`` to act on."""
+
+    intent: Intent
+    desired: DesiredSlurm
+    files: dict[str, bytes]
+    live: LiveSlurm
+    record: AppliedRecord | None
+    state: StateDir
+    plan: Plan
+
+
+def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> Intent:
+    """Load the intent, overriding its inventory path and Slurm config dir from the CLI."""
+    intent = load_intent(intent_path)
+    changes: dict[str, object] = {}
+    if inventory:
+        changes["inventory_path"] = Path(inventory).resolve()
+    if config_dir:
+        changes["slurm"] = replace(intent.slurm, config_dir=Path(config_dir).resolve())
+    if changes:
+        intent = replace(intent, **changes)
+    return intent
+
+
+def compute(intent: Intent, *, state_dir: str | None) -> Run:
+    """Plan one run. Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
+    if intent.inventory_path is None:
+        raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
+                         file=intent.source.file, field="inventory")
+    nodes = load_inventory(intent.inventory_path)
+    fabric = build_fabric(nodes)
+    state = StateDir(Path(state_dir) if state_dir else default_state_dir(), intent.name)
+    live = slurm_target.read_live(intent)
+    record = state.read_record(intent.slurm.config_dir)
+    desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
+    files = render_slurm(intent, desired)
+    diags: list[Diagnostic] = list(desired.diagnostics)
+    diags += slurm_target.check(intent, live, desired.placed_hosts)
+    diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
+    plan = build_plan(intent, desired, files, live, record, diags)
+    return Run(intent, desired, files, live, record, state, plan)

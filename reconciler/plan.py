@@ -1,0 +1,209 @@
+"""The plan: what would change and why, as data (serialized with ``format_version``).
+
+Changes carry an action from a fixed set and a cause: ``intent`` (the intent or the fabric asks
+for it) or ``drift`` (someone changed a managed file outside rackctl since the last apply).
+Drift is also listed apart. The human views in ``report`` are rendered from this same data.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__, hostlist, slurmconf
+from .diagnostics import ERROR, WARNING, Diagnostic, has_errors
+from .intent import Intent
+from .planner import DesiredSlurm
+from .render.slurm import partition_options
+from .statedir import AppliedRecord, digest
+from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions
+from .yamlsource import display_path
+
+FORMAT_VERSION = "1"
+ACTIONS = ("create", "update", "delete", "move")
+CAUSES = ("intent", "drift")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change. ``kind``: file | block | partition | setting. ``address``: ``slurm/file/NAME``,
+    ``slurm/block/NAME``, ``slurm/partition/NAME`` or ``slurm/setting/KEY``. ``diff``: a unified
+    diff for files."""
+
+    kind: str
+    address: str
+    action: str
+    cause: str
+    reason: str
+    diff: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "address": self.address, "action": self.action, "cause": self.cause,
+               "reason": self.reason}
+        if self.diff:
+            out["diff"] = self.diff
+        return out
+
+
+@dataclass
+class Plan:
+    """A whole plan. ``file_changes`` decide the exit code; ``resource_changes`` explain them."""
+
+    cluster: str
+    target: dict[str, Any]
+    file_changes: list[Change]
+    resource_changes: list[Change]
+    drift: list[dict[str, str]]
+    node_states: list[dict[str, str]]
+    block_sizes: list[int]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.file_changes)
+
+    @property
+    def has_errors(self) -> bool:
+        return has_errors(self.diagnostics)
+
+    def exit_code(self) -> int:
+        """Terraform's -detailed-exitcode: 1 errors, 2 changes, 0 nothing to do."""
+        return 1 if self.has_errors else 2 if self.has_changes else 0
+
+    def drift_exit_code(self) -> int:
+        """For ``rackctl drift``: 1 errors, 2 files differ or hardware findings (warning+), else 0."""
+        if self.has_errors:
+            return 1
+        hardware = any(d.hardware and d.severity in (ERROR, WARNING) for d in self.diagnostics)
+        return 2 if self.has_changes or hardware else 0
+
+    def summary(self) -> dict[str, int]:
+        counts = {f"{k}_{a}": 0 for k in ("file", "block", "partition", "setting") for a in ACTIONS}
+        for c in self.file_changes + self.resource_changes:
+            counts[f"{c.kind}_{c.action}"] += 1
+        counts = {k: v for k, v in counts.items() if v}
+        counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
+        counts["warnings"] = sum(d.severity == WARNING for d in self.diagnostics)
+        counts["drift"] = len(self.drift)
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "rackctl_version": __version__,
+            "cluster": self.cluster,
+            "target": self.target,
+            "summary": self.summary(),
+            "changes": [c.to_json() for c in self.file_changes + self.resource_changes],
+            "drift": self.drift,
+            "node_states": self.node_states,
+            "block_sizes": self.block_sizes,
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+        }
+
+
+def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
+               record: AppliedRecord | None, diagnostics: list[Diagnostic]) -> Plan:
+    """Compare desired files with live ones; explain file changes as block/partition changes."""
+    file_changes: list[Change] = []
+    drift: list[dict[str, str]] = []
+    causes: dict[str, str] = {}
+    for name, after in files.items():
+        before = live.files.get(name)
+        hand_edited = record is not None and record.files.get(name) != digest(before)
+        if hand_edited:
+            drift.append({"address": f"slurm/file/{name}", "cause": "drift",
+                          "detail": "changed outside rackctl since the last apply" if before is not None
+                          else "deleted outside rackctl since the last apply"})
+        if before == after:
+            continue
+        cause = causes[name] = "drift" if hand_edited else "intent"
+        action = "create" if before is None else "update"
+        reason = {"create": "file does not exist", "update": "content differs from the desired file"}[action]
+        file_changes.append(Change("file", f"slurm/file/{name}", action, cause, reason, _diff(name, before, after)))
+    t = intent.slurm
+    resources: list[Change] = []
+    if t.topology_file in causes:
+        topo, cause = live.files.get(t.topology_file), causes[t.topology_file]
+        resources += _block_changes(topo, desired, cause) + _block_sizes_change(topo, desired, cause)
+    if t.include_file in causes:
+        resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
+    return Plan(
+        cluster=intent.name,
+        target={"kind": "slurm", "version": t.version_text, "configDir": display_path(t.config_dir),
+                "topologyFile": t.topology_file, "includeFile": t.include_file},
+        file_changes=file_changes,
+        resource_changes=resources,
+        drift=drift,
+        node_states=[{"node": s.host, "state": s.state, "reason": s.reason, "slice": s.slice_name}
+                     for s in desired.node_states],
+        block_sizes=desired.block_sizes,
+        diagnostics=diagnostics,
+    )
+
+
+def _diff(name: str, before: bytes | None, after: bytes) -> str:
+    old = [] if before is None else before.decode("utf-8", errors="replace").splitlines(keepends=True)
+    new = after.decode("utf-8").splitlines(keepends=True)
+    lines = difflib.unified_diff(old, new, f"a/{name}" if before is not None else "/dev/null", f"b/{name}")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _block_changes(live_topology: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
+    live = parse_blocks(live_topology)
+    live_index = {name: i for i, (name, _) in enumerate(live)}
+    live_nodes = dict(live)
+    out = []
+    for i, b in enumerate(desired.blocks):
+        hl = hostlist.compress(b.nodes)
+        if b.name not in live_nodes:
+            out.append(Change("block", f"slurm/block/{b.name}", "create", cause,
+                              f"slice {b.slice_name}: {len(b.nodes)} trays {hl}"))
+            continue
+        if set(live_nodes[b.name]) != set(b.nodes):
+            old = set(live_nodes[b.name])
+            added = sorted(set(b.nodes) - old, key=hostlist.natural_key)
+            gone = sorted(old - set(b.nodes), key=hostlist.natural_key)
+            parts = ([f"+{hostlist.compress(added)}"] if added else []) + ([f"-{hostlist.compress(gone)}"] if gone else [])
+            out.append(Change("block", f"slurm/block/{b.name}", "update", cause, f"nodes {' '.join(parts)}"))
+        if live_index[b.name] != i:
+            out.append(Change("block", f"slurm/block/{b.name}", "move", cause,
+                              f"position {live_index[b.name]} -> {i} (disruptive: aggregate blocks change)"))
+    wanted = {b.name for b in desired.blocks}
+    for name, nodes in live:
+        if name not in wanted:
+            out.append(Change("block", f"slurm/block/{name}", "delete", cause,
+                              f"no slice renders it any more ({len(nodes)} trays); later blocks shift"))
+    return out
+
+
+def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
+    text = (live_topology or b"").decode("utf-8", errors="replace")
+    old = next((line.get("BlockSizes") for line in slurmconf.parse(text) if line.get("BlockSizes")), None)
+    new = ",".join(map(str, desired.block_sizes))
+    if old == new:
+        return []
+    return [Change("setting", "slurm/setting/BlockSizes", "create" if old is None else "update", cause,
+                   f"BlockSizes {old or '(unset)'} -> {new}")]
+
+
+def _partition_changes(live_include: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
+    live = parse_partitions(live_include)
+    out = []
+    for p in desired.partitions:
+        want = {"Nodes": hostlist.compress(p.nodes), **dict(partition_options(p))}
+        have = live.get(p.spec.partition)
+        if have is None:
+            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", "create", cause,
+                              f"tier {p.tier}: {len(p.nodes)} nodes"))
+        elif have != want:
+            keys = sorted(set(have) | set(want))
+            diff = ", ".join(f"{k} {have.get(k, '(unset)')} -> {want.get(k, '(unset)')}"
+                             for k in keys if have.get(k) != want.get(k))
+            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", "update", cause, diff))
+    wanted = {p.spec.partition for p in desired.partitions}
+    for name in live:
+        if name not in wanted:
+            out.append(Change("partition", f"slurm/partition/{name}", "delete", cause, "no tier renders it"))
+    return out

@@ -1,0 +1,364 @@
+"""Intent x Fabric (x what was applied before) -> the desired Slurm state. Pure: no I/O.
+
+Slices are cut from racks as the intent says, checked against the discovered NVLink domains and
+cliques, and laid out as topology/block blocks whose positions stay stable across runs (Slurm
+builds aggregate blocks from consecutive blocks, so a moved block changes placement).
+Degraded racks follow the design's rule: an unhealthy or missing tray stays in its block and is
+drained in place; a slice below ``minHealthyShare`` is drained whole.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from . import hostlist
+from .diagnostics import ERROR, INFO, WARNING, Diagnostic
+from .fabric import Fabric, Tray
+from .intent import Intent, Rack, SlurmPartition, block_sizes
+
+
+@dataclass(frozen=True)
+class Block:
+    """One topology/block entry: ``name`` (``r01-s0``) rendered from ``slice_name`` (``r01/s0``);
+    ``nodes`` every tray of the slice in natural hostname order."""
+
+    name: str
+    slice_name: str
+    rack: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One ``PartitionName=`` line for a tier. ``max_nodes`` is set when jobs may not span slices."""
+
+    tier: str
+    spec: SlurmPartition
+    nodes: tuple[str, ...]
+    max_nodes: int | None
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A desired Slurm node state (``DRAIN``) with its reason (``rackctl: <cause>``)."""
+
+    host: str
+    state: str
+    reason: str
+    slice_name: str
+
+
+@dataclass
+class DesiredSlurm:
+    """Everything rendered for Slurm, in position order, plus the diagnostics found on the way."""
+
+    blocks: list[Block]
+    block_sizes: list[int]
+    partitions: list[Partition]
+    node_states: list[NodeState]
+    imex: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def placed_hosts(self) -> set[str]:
+        return {h for b in self.blocks for h in b.nodes}
+
+
+@dataclass(frozen=True)
+class History:
+    """Blocks as last applied (from rackctl's record, else parsed from the live topology file),
+    in position order: ``(block name, nodes)``."""
+
+    blocks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def block_name(slice_name: str) -> str:
+    """``r01/s0`` -> ``r01-s0`` (Slurm block names cannot hold ``/``)."""
+    return slice_name.replace("/", "-")
+
+
+def rack_of_block(name: str) -> str:
+    """The rack a rendered block belongs to (rack names hold no ``-``)."""
+    return name.split("-", 1)[0]
+
+
+def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm:
+    """Compute the desired Slurm state. Problems become diagnostics, never exceptions."""
+    diags: list[Diagnostic] = []
+    owner = _match_racks(intent, fabric, diags)
+    hist_by_rack: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    for name, nodes in history.blocks:
+        hist_by_rack[rack_of_block(name)].append((name, nodes))
+
+    slices: dict[str, list[tuple[str, list[str]]]] = {}  # rack -> [(slice name, members)]
+    for rack in intent.racks:
+        members = _members(rack, owner, fabric, hist_by_rack.get(rack.name, []))
+        _check_one_domain(rack, members, fabric, diags)
+        slices[rack.name] = _slice(rack, intent, members, fabric, hist_by_rack.get(rack.name, []), diags)
+
+    node_states: list[NodeState] = []
+    for rack in intent.racks:
+        for slice_name, members in slices[rack.name]:
+            _check_slice(rack, slice_name, members, fabric, diags)
+            node_states.extend(_health(intent, slice_name, members, fabric, diags))
+
+    blocks = _layout(intent, slices, history, diags)
+    partitions = _partitions(intent, slices, diags)
+    unplaced = sorted(set(fabric.trays) - {h for b in blocks for h in b.nodes}, key=hostlist.natural_key)
+    if unplaced:
+        diags.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
+                                f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
+    return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags)
+
+
+def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[str, str]:
+    """host -> rack for every discovered tray a selector matches."""
+    owner: dict[str, str] = {}
+    for rack in intent.racks:
+        if rack.select_kind == "hosts":
+            hosts = [h for h in hostlist.expand(rack.select_value) if h in fabric.trays]
+        elif rack.select_kind == "chassisSerial":
+            hosts = fabric.by_chassis.get(rack.select_value, [])
+        else:
+            hosts = fabric.by_domain.get(rack.select_value, [])
+        for h in hosts:
+            if h in owner:
+                diags.append(Diagnostic(ERROR, "host-two-racks", f"tray {h} is matched by racks "
+                                        f"{owner[h]} and {rack.name}; a tray belongs to one rack", h))
+                continue
+            owner[h] = rack.name
+    return owner
+
+
+def _members(rack: Rack, owner: dict[str, str], fabric: Fabric,
+             hist: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """Every tray of the rack: matched, named-but-missing (hosts selector) and previously
+    applied trays that no other rack has taken since."""
+    members = {h for h, r in owner.items() if r == rack.name}
+    if rack.select_kind == "hosts":
+        members.update(hostlist.expand(rack.select_value))
+    for _, nodes in hist:
+        members.update(h for h in nodes if owner.get(h, rack.name) == rack.name)
+    return sorted(members, key=hostlist.natural_key)
+
+
+def _check_one_domain(rack: Rack, members: list[str], fabric: Fabric, diags: list[Diagnostic]) -> None:
+    domains: dict[str, list[str]] = defaultdict(list)
+    for h in members:
+        tray = fabric.trays.get(h)
+        if tray and tray.cluster_uuid:
+            domains[tray.cluster_uuid].append(h)
+    if len(domains) > 1:
+        detail = "; ".join(f"{u}: {hostlist.compress(hs)}" for u, hs in sorted(domains.items()))
+        diags.append(Diagnostic(ERROR, "rack-two-domains", f"rack {rack.name}: trays report "
+                                f"{len(domains)} NVLink domains (cluster UUIDs) — {detail}", rack.name,
+                                hardware=True))
+
+
+def _slice(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
+           hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
+    mode = rack.slicing.mode
+    if mode == "whole":
+        out = [(rack.name, members)]
+    elif mode == "explicit":
+        out = [(f"{rack.name}/{n}", hostlist.expand(hl)) for n, hl in rack.slicing.explicit]
+        named = {h for _, hs in out for h in hs}
+        stray = [h for h in members if h not in named]
+        if stray:
+            diags.append(Diagnostic(WARNING, "tray-unplaced", f"rack {rack.name}: trays in no explicit "
+                                    f"slice are in no block: {hostlist.compress(stray)}", rack.name))
+    elif mode == "equal":
+        out = _slice_equal(rack, members, fabric, hist, diags)
+    else:
+        out = _slice_cliques(rack, intent, members, fabric, hist, diags)
+    if not members and rack.select_kind != "hosts":
+        diags.append(Diagnostic(ERROR, "rack-empty", f"rack {rack.name}: no discovered tray matches "
+                                f"{rack.select_kind} {rack.select_value} and nothing was applied before",
+                                rack.name, hardware=True))
+        return []
+    size = rack.slice_size
+    for name, hs in out:
+        if len(hs) > size:
+            diags.append(Diagnostic(ERROR, "slice-oversize", f"slice {name} has {len(hs)} trays; the intent "
+                                    f"declares {size} per slice", name, hardware=True))
+        elif len(hs) < size:
+            diags.append(Diagnostic(ERROR, "slice-short", f"slice {name} has {len(hs)} of its {size} trays and "
+                                    "the missing ones cannot be named (no applied history, selector is not "
+                                    f"hosts); rack {rack.name} cannot be rendered safely", name, hardware=True))
+    return out
+
+
+def _order_key(members: list[str], fabric: Fabric):
+    """Tray index from platform info when every tray has one, else natural hostname order."""
+    trays = [fabric.trays.get(h) for h in members]
+    if members and all(t is not None and t.tray_index is not None for t in trays):
+        return lambda h: (fabric.trays[h].tray_index, hostlist.natural_key(h))
+    return hostlist.natural_key
+
+
+def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
+                 hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
+    size, names = rack.slice_size, rack.declared_slice_names() or []
+    assigned: dict[str, list[str]] = {n: [] for n in names}
+    member_set = set(members)
+    placed: set[str] = set()
+    # Trays keep the slice they were applied in, so a lost tray never shifts the others.
+    for bname, nodes in hist:
+        sname = bname.replace("-", "/", 1)
+        if sname in assigned:
+            keep = [h for h in nodes if h in member_set and h not in placed]
+            assigned[sname].extend(keep)
+            placed.update(keep)
+    rest = sorted((h for h in members if h not in placed), key=_order_key(members, fabric))
+    for n in names:
+        room = size - len(assigned[n])
+        assigned[n].extend(rest[:max(room, 0)])
+        rest = rest[max(room, 0):]
+    if rest:
+        diags.append(Diagnostic(ERROR, "rack-oversize", f"rack {rack.name} has {len(members)} trays; the "
+                                f"intent declares {rack.trays}: {hostlist.compress(rest)} left over",
+                                rack.name, hardware=True))
+    return [(n, sorted(assigned[n], key=hostlist.natural_key)) for n in names]
+
+
+def _slice_cliques(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
+                   hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
+    hist_slice = {h: bname.replace("-", "/", 1) for bname, nodes in hist for h in nodes}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for h in members:
+        tray = fabric.trays.get(h)
+        if tray is not None and tray.clique_id is not None:
+            groups[f"{rack.name}/c{tray.clique_id}"].append(h)
+        elif h in hist_slice:
+            groups[hist_slice[h]].append(h)
+        else:
+            why = "not reporting" if tray is None else "no clique ID (fabric not attached)"
+            diags.append(Diagnostic(ERROR, "tray-no-clique", f"tray {h} of rack {rack.name} has {why} and no "
+                                    "applied block to keep it in; it cannot be placed in a clique slice", h,
+                                    hardware=True))
+    named = sorted({ref for t in intent.tiers for ref in t.slices if ref.startswith(rack.name + "/")})
+    for ref in named:
+        if ref not in groups:
+            diags.append(Diagnostic(ERROR, "clique-missing", f"slice {ref} is named by a tier but no tray of rack "
+                                    f"{rack.name} reports clique {ref.split('/c', 1)[1]} (found: "
+                                    f"{', '.join(sorted(groups, key=hostlist.natural_key)) or 'none'})", ref,
+                                    hardware=True))
+    if groups and len(groups) != rack.slicing.count:
+        diags.append(Diagnostic(ERROR, "cliques-contradict-slicing", f"rack {rack.name} is declared as "
+                                f"{rack.slicing.count} clique slice(s) of {rack.slice_size} trays but reports "
+                                f"{len(groups)} cliques: {', '.join(sorted(groups, key=hostlist.natural_key))}",
+                                rack.name, hardware=True))
+    return [(n, groups[n]) for n in sorted(groups, key=hostlist.natural_key)]
+
+
+def _check_slice(rack: Rack, slice_name: str, members: list[str], fabric: Fabric,
+                 diags: list[Diagnostic]) -> None:
+    cliques: dict[str, list[str]] = defaultdict(list)
+    for h in members:
+        tray = fabric.trays.get(h)
+        if tray is not None and tray.clique_key is not None:
+            cliques[tray.clique_key].append(h)
+    if len(cliques) > 1:
+        detail = "; ".join(f"{k}: {hostlist.compress(hs)}" for k, hs in sorted(cliques.items()))
+        diags.append(Diagnostic(ERROR, "slice-two-cliques", f"slice {slice_name} spans {len(cliques)} NVLink "
+                                f"cliques ({detail}); a slice must be one clique — the declared slicing "
+                                "contradicts the fabric", slice_name, hardware=True))
+
+
+def _health(intent: Intent, slice_name: str, members: list[str], fabric: Fabric,
+            diags: list[Diagnostic]) -> list[NodeState]:
+    reasons: dict[str, str] = {}
+    for h in members:
+        tray: Tray | None = fabric.trays.get(h)
+        if tray is None:
+            if "not-reporting" in intent.drain_on:
+                reasons[h] = "rackctl: not-reporting"
+            diags.append(Diagnostic(WARNING, "tray-not-reporting", f"tray {h} of slice {slice_name} is "
+                                    "missing from the inventory", h, hardware=True))
+            continue
+        for f in tray.findings:
+            drain = f.drainable and f.cause in intent.drain_on
+            if drain and h not in reasons:
+                reasons[h] = f"rackctl: {f.cause}"
+            note = "" if drain or not f.drainable else " (not drained: cause not in drainOn)"
+            diags.append(Diagnostic(WARNING, f"tray-{f.cause}", f"tray {h} of slice {slice_name}: "
+                                    f"{f.detail}{note}", h, hardware=True))
+    healthy = len(members) - len(reasons)
+    if members and healthy / len(members) < intent.min_healthy_share:
+        why = (f"rackctl: slice below minHealthyShare ({healthy}/{len(members)} healthy, "
+               f"{intent.min_healthy_share:g} required)")
+        diags.append(Diagnostic(WARNING, "slice-drained", f"slice {slice_name}: {why[9:]}; draining the whole "
+                                "slice", slice_name, hardware=True))
+        for h in members:
+            reasons.setdefault(h, why)
+    states = [NodeState(h, "DRAIN", reasons[h], slice_name) for h in members if h in reasons]
+    for s in states:
+        diags.append(Diagnostic(WARNING, "node-drain", f"{s.host}: desired state DRAIN, reason "
+                                f"\"{s.reason}\" (applied by the live Slurm target; listed only)", s.host,
+                                hardware=True))
+    return states
+
+
+def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], history: History,
+            diags: list[Diagnostic]) -> list[Block]:
+    """Order blocks: racks keep their applied positions, new racks and slices are appended.
+
+    A rack's slices stay consecutive; with the same slice count in every rack (required for
+    aggregate blocks) each rack then starts at a multiple of its slice count.
+    """
+    hist_index = {name: i for i, (name, _) in enumerate(history.blocks)}
+    big = len(hist_index) + len(intent.racks)
+
+    def rack_key(rack: Rack):
+        idx = [hist_index[block_name(s)] for s, _ in slices[rack.name] if block_name(s) in hist_index]
+        return (min(idx) if idx else big, rack.index)
+
+    blocks: list[Block] = []
+    seen: dict[str, str] = {}
+    for rack in sorted(intent.racks, key=rack_key):
+        ordered = sorted(enumerate(slices[rack.name]),
+                         key=lambda p: (hist_index.get(block_name(p[1][0]), big), p[0]))
+        for _, (sname, members) in ordered:
+            bname = block_name(sname)
+            if bname in seen:
+                diags.append(Diagnostic(ERROR, "block-name-duplicate", f"slices {seen[bname]} and {sname} both "
+                                        f"render block {bname}", sname))
+                continue
+            seen[bname] = sname
+            blocks.append(Block(bname, sname, rack.name, tuple(sorted(members, key=hostlist.natural_key))))
+    for i, b in enumerate(blocks):
+        old = hist_index.get(b.name)
+        if old is not None and old != i:
+            diags.append(Diagnostic(WARNING, "block-moved", f"block {b.name} moves from position {old} to {i}: "
+                                    "Slurm's aggregate blocks are rebuilt (disruptive for running placement)",
+                                    b.name))
+    removed = [n for n in hist_index if n not in seen]
+    for n in removed:
+        diags.append(Diagnostic(WARNING, "block-removed", f"block {n} is removed; later blocks shift on Slurm "
+                                f"{intent.slurm.version_text} (disruptive)", n))
+    if not blocks:
+        diags.append(Diagnostic(ERROR, "no-blocks", "no block can be rendered (no slice has trays)", "topology"))
+    return blocks
+
+
+def _partitions(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]],
+                diags: list[Diagnostic]) -> list[Partition]:
+    by_slice = {name: members for ss in slices.values() for name, members in ss}
+    out = []
+    min_size = min((r.slice_size for r in intent.racks), default=0)
+    for tier in intent.tiers:
+        nodes: dict[str, None] = {}
+        for ref in tier.slices:
+            refs = [n for n, _ in slices.get(ref, [])] if "/" not in ref else [ref]
+            for r in refs:
+                nodes.update(dict.fromkeys(by_slice.get(r, ())))
+        if not nodes:
+            diags.append(Diagnostic(ERROR, "partition-empty", f"tier {tier.name}: partition "
+                                    f"{tier.slurm.partition} would have no nodes", tier.name))
+        out.append(Partition(tier.name, tier.slurm, tuple(sorted(nodes, key=hostlist.natural_key)),
+                             min_size if intent.max_job_span == "slice" else None))
+    if not intent.tiers:
+        diags.append(Diagnostic(INFO, "no-tiers", "the intent names no tiers; no partition is rendered",
+                                "tiers"))
+    return out

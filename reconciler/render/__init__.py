@@ -1,0 +1,1 @@
+"""Renderers: the desired state as the files and objects each scheduler reads."""

@@ -1,0 +1,78 @@
+"""Render the desired Slurm state as the two files rackctl owns in the Slurm config dir.
+
+``topology.conf`` follows topology.conf(5) (topology/block: ``BlockName=``/``Nodes=`` lines and
+``BlockSizes=``); the include file holds ``PartitionName=`` lines (slurm.conf(5)) and, for
+per-job IMEX, the ``switch/nvidia_imex`` settings. Text comes from jinja2 templates rendered with
+``StrictUndefined``; only names already validated by the intent schema reach them, and each value
+is checked again here so nothing can inject a line.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jinja2
+
+from .. import hostlist
+from ..intent import DEFAULT_IMEX_CHANNELS, Intent
+from ..planner import DesiredSlurm, Partition
+
+_SAFE = re.compile(r"^[A-Za-z0-9_.,:\[\]=-]+$")
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("reconciler.render", "templates"),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,  # Slurm config text, not HTML
+)
+
+
+def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
+    """Return ``{file name: bytes}`` for the topology file and the include file.
+
+    Deterministic: the same intent and desired state give byte-identical files.
+    """
+    common = {"cluster": intent.name, "intent_file": intent.path.name}
+    topo = _env.get_template("topology.conf.j2").render(
+        blocks=[{"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes))} for b in desired.blocks],
+        block_sizes=desired.block_sizes, **common)
+    include = _env.get_template("include.conf.j2").render(
+        include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=DEFAULT_IMEX_CHANNELS,
+        partitions=[_partition(p) for p in desired.partitions], **common)
+    return {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
+
+
+def partition_options(p: Partition) -> list[tuple[str, str]]:
+    """The options of one ``PartitionName=`` line after ``Nodes=``, in rendering order."""
+    s = p.spec
+    opts: list[tuple[str, str]] = []
+    if s.qos:
+        opts.append(("QOS", s.qos))
+    if s.allow_qos:
+        opts.append(("AllowQos", ",".join(s.allow_qos)))
+    if s.allow_accounts:
+        opts.append(("AllowAccounts", ",".join(s.allow_accounts)))
+    if s.max_time:
+        opts.append(("MaxTime", s.max_time))
+    if p.max_nodes:
+        opts.append(("MaxNodes", str(p.max_nodes)))
+    if s.priority_tier is not None:
+        opts.append(("PriorityTier", str(s.priority_tier)))
+    if s.default:
+        opts.append(("Default", "YES"))
+    opts.append(("State", s.state))
+    return opts
+
+
+def _partition(p: Partition) -> dict:
+    return {"name": _safe(p.spec.partition), "hostlist": _safe(hostlist.compress(p.nodes)) if p.nodes else "",
+            "options": [(k, _safe(v)) for k, v in partition_options(p)]}
+
+
+def _safe(value: str) -> str:
+    # Defence in depth: the schema already restricts names; refuse anything that could break a line.
+    if not _SAFE.match(value):
+        raise ValueError(f"refusing to render unsafe Slurm value {value!r}")
+    return value

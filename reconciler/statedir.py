@@ -1,0 +1,135 @@
+"""rackctl's own records, kept apart from the Slurm config dir: the apply lock, backups of
+replaced files and the record of what was last applied.
+
+Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``, else
+``~/.local/state/rackctl``), one folder per cluster (the intent's ``metadata.name``)::
+
+    <cluster>/lock                  flock(2) lock; holds "PID on HOST" of the holder
+    <cluster>/applied.json          last successful apply (file digests, block layout)
+    <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .atomicfile import atomic_write
+from .errors import TargetError
+
+RECORD_FORMAT = 1
+KEEP_BACKUPS = 10
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/rackctl``, else ``~/.local/state/rackctl`` (XDG Base Directory spec)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "rackctl"
+
+
+def digest(data: bytes | None) -> str | None:
+    """``sha256:<hex>`` of ``data``; None for a missing file."""
+    return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class AppliedRecord:
+    """What the last successful apply wrote: ``files`` name -> digest, ``blocks`` in position
+    order as (name, nodes), for the config dir ``config_dir``."""
+
+    config_dir: str
+    files: dict[str, str | None]
+    blocks: tuple[tuple[str, tuple[str, ...]], ...]
+    applied_at: str
+    rackctl_version: str
+
+
+class StateDir:
+    """The state folder of one cluster. Reading never creates anything; writing does."""
+
+    def __init__(self, root: Path, cluster: str) -> None:
+        self.root = root
+        self.path = root / cluster
+
+    def read_record(self, config_dir: Path) -> AppliedRecord | None:
+        """The last apply's record for ``config_dir``, or None (none yet, or another dir).
+
+        Raises ``TargetError`` when the record exists but cannot be read.
+        """
+        f = self.path / "applied.json"
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise TargetError(f"{f}: unreadable apply record ({exc})",
+                              hint="move it away to start over from the live files") from None
+        if doc.get("format") != RECORD_FORMAT or doc.get("configDir") != str(config_dir):
+            return None
+        return AppliedRecord(doc["configDir"], doc["files"],
+                             tuple((b["name"], tuple(b["nodes"])) for b in doc["blocks"]),
+                             doc["appliedAt"], doc["rackctlVersion"])
+
+    def write_record(self, record: AppliedRecord) -> None:
+        doc: dict[str, Any] = {
+            "format": RECORD_FORMAT, "configDir": record.config_dir, "appliedAt": record.applied_at,
+            "rackctlVersion": record.rackctl_version, "files": record.files,
+            "blocks": [{"name": n, "nodes": list(nodes)} for n, nodes in record.blocks],
+        }
+        atomic_write(self.path / "applied.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(),
+                     default_mode=0o600)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the cluster's apply lock; raise ``TargetError`` naming the holder if taken."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "another process"
+                raise TargetError(f"state dir {self.path} is locked by {holder}",
+                                  hint="wait for the other apply to finish") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def backup(self, files: dict[str, bytes | None]) -> Path:
+        """Save the current bytes of ``files`` (None: did not exist) and return the backup folder."""
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        folder = self.path / "backups" / f"{stamp}-{os.getpid()}"
+        folder.mkdir(parents=True, exist_ok=False)
+        manifest = {}
+        for name, data in files.items():
+            manifest[name] = digest(data)
+            if data is not None:
+                atomic_write(folder / name, data, default_mode=0o600)
+        atomic_write(folder / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(),
+                     default_mode=0o600)
+        self._prune_backups()
+        return folder
+
+    def _prune_backups(self) -> None:
+        folders = sorted((self.path / "backups").iterdir())
+        for old in folders[:-KEEP_BACKUPS]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,216 @@
+"""The Slurm files target: the two files rackctl owns in the Slurm config dir.
+
+Reads the managed files and ``slurm.conf`` (to check ``TopologyPlugin=topology/block``, that the
+include file is included and that every placed host is a ``NodeName``); never writes
+``slurm.conf``. Applies by writing changed files atomically after a backup, running the reload
+command (``scontrol reconfigure``) and rolling the files back when the reload fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__, hostlist, slurmconf
+from ..atomicfile import atomic_write
+from ..diagnostics import ERROR, WARNING, Diagnostic
+from ..errors import TargetError
+from ..intent import Intent
+from ..planner import History
+from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
+
+RELOAD_TIMEOUT_S = 300
+MAX_INCLUDE_DEPTH = 8
+
+
+@dataclass
+class LiveSlurm:
+    """The Slurm config dir as found. ``files``: managed file name -> bytes (None: absent).
+    ``node_names``: every ``NodeName`` in slurm.conf and its includes (None: no slurm.conf)."""
+
+    config_dir: Path
+    files: dict[str, bytes | None]
+    topology_plugin: str | None = None
+    includes: list[str] = field(default_factory=list)
+    node_names: set[str] | None = None
+    stray_topology_yaml: bool = False
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def read_live(intent: Intent) -> LiveSlurm:
+    """Read the managed files and slurm.conf facts. Raises ``TargetError`` on I/O errors other
+    than absence (a failed read must never look like "no changes")."""
+    t = intent.slurm
+    cdir = t.config_dir
+    live = LiveSlurm(cdir, {})
+    if not cdir.exists():
+        live.files = {t.topology_file: None, t.include_file: None}
+        live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {cdir} does "
+                                           "not exist; treated as empty", str(cdir)))
+        return live
+    for name in (t.topology_file, t.include_file):
+        live.files[name] = _read(cdir / name)
+    live.stray_topology_yaml = t.topology_file == "topology.conf" and (cdir / "topology.yaml").exists()
+    conf = _read(cdir / "slurm.conf")
+    if conf is None:
+        live.diagnostics.append(Diagnostic(WARNING, "slurm-conf-missing", f"{cdir}/slurm.conf not found; "
+                                           "TopologyPlugin, Include and NodeName checks skipped", "slurm.conf"))
+        return live
+    live.node_names = set()
+    _scan_conf(conf, cdir, t.include_file, live, depth=0)
+    return live
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise TargetError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _scan_conf(data: bytes, cdir: Path, include_file: str, live: LiveSlurm, depth: int) -> None:
+    for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
+        if line.include is not None:
+            live.includes.append(line.include)
+            name = Path(line.include).name
+            if name == include_file or depth >= MAX_INCLUDE_DEPTH:
+                continue
+            inc = Path(line.include)
+            inc = inc if inc.is_absolute() and inc.exists() else cdir / name
+            sub = _read(inc)
+            if sub is not None:
+                _scan_conf(sub, cdir, include_file, live, depth + 1)
+            continue
+        head = line.head
+        if head is None:
+            continue
+        key, value = head
+        if key.lower() == "topologyplugin":
+            live.topology_plugin = value
+        elif key.lower() == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
+            try:
+                live.node_names.update(hostlist.expand(value))
+            except Exception:  # a NodeName rackctl cannot parse is slurmctld's to reject
+                continue
+
+
+def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagnostic]:
+    """Diagnostics about the live config that block rendering (slurm.conf(5) settings)."""
+    t = intent.slurm
+    diags = list(live.diagnostics)
+    if live.stray_topology_yaml and t.version >= (25, 5):
+        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{live.config_dir}/topology.yaml exists next to "
+                                "the managed topology.conf; Slurm 25.05+ then ignores topology.conf",
+                                "topology.yaml"))
+    if live.node_names is None:
+        return diags
+    if (live.topology_plugin or "").lower() != "topology/block":
+        diags.append(Diagnostic(ERROR, "topology-plugin", f"slurm.conf has TopologyPlugin="
+                                f"{live.topology_plugin or '(unset)'}; expected topology/block", "slurm.conf"))
+    if not any(Path(i).name == t.include_file for i in live.includes):
+        diags.append(Diagnostic(ERROR, "include-missing", f"slurm.conf does not include {t.include_file}; "
+                                f"add `Include {t.include_file}` so the partitions rackctl renders are read",
+                                "slurm.conf"))
+    unknown = sorted(placed_hosts - live.node_names, key=hostlist.natural_key)
+    if unknown:
+        diags.append(Diagnostic(ERROR, "host-not-nodename", f"{len(unknown)} placed hosts are not a NodeName "
+                                f"in slurm.conf: {hostlist.compress(unknown)}", "slurm.conf"))
+    return diags
+
+
+def parse_blocks(data: bytes | None) -> list[tuple[str, tuple[str, ...]]]:
+    """``BlockName=``/``Nodes=`` lines of a topology.conf, in file order (topology.conf(5))."""
+    if not data:
+        return []
+    out = []
+    for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
+        head = line.head
+        if head and head[0].lower() == "blockname":
+            nodes = line.get("Nodes") or ""
+            try:
+                out.append((head[1], tuple(hostlist.expand(nodes)) if nodes else ()))
+            except Exception:
+                out.append((head[1], ()))
+    return out
+
+
+def parse_partitions(data: bytes | None) -> dict[str, dict[str, str]]:
+    """``PartitionName=`` lines of an include file: name -> {option: value}."""
+    if not data:
+        return {}
+    out = {}
+    for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
+        head = line.head
+        if head and head[0].lower() == "partitionname":
+            out[head[1]] = {k: v for k, v in line.pairs[1:]}
+    return out
+
+
+def history(intent: Intent, live: LiveSlurm, record: AppliedRecord | None) -> History:
+    """Block layout as last applied: rackctl's record, else the live topology file."""
+    if record is not None:
+        return History(record.blocks)
+    return History(tuple(parse_blocks(live.files.get(intent.slurm.topology_file))))
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """``written``: file names replaced; ``reloaded``: whether the reload command ran."""
+
+    written: tuple[str, ...]
+    reloaded: bool
+    backup: Path | None
+
+
+def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, state: StateDir,
+          blocks: tuple[tuple[str, tuple[str, ...]], ...], *, reload: bool) -> ApplyResult:
+    """Write the changed files, reload, roll back on failure, then record the apply.
+
+    Writes nothing and runs no reload when no file changed. Raises ``TargetError`` when a
+    write or the reload fails (after rolling the files back).
+    """
+    cdir = intent.slurm.config_dir
+    changed = {n: d for n, d in desired_files.items() if live.files.get(n) != d}
+    if not changed:
+        return ApplyResult((), False, None)
+    backup = state.backup({n: live.files.get(n) for n in changed})
+    written: list[str] = []
+    try:
+        for name, data in changed.items():
+            atomic_write(cdir / name, data)
+            written.append(name)
+    except OSError as exc:
+        _rollback(cdir, written, live)
+        raise TargetError(f"writing {cdir / name} failed: {exc.strerror or exc}; files rolled back") from None
+    if reload:
+        _run_reload(intent, cdir, written, live)
+    state.write_record(AppliedRecord(str(cdir), {n: digest(d) for n, d in desired_files.items()}, blocks,
+                                     now_rfc3339(), __version__))
+    return ApplyResult(tuple(written), reload, backup)
+
+
+def _run_reload(intent: Intent, cdir: Path, written: list[str], live: LiveSlurm) -> None:
+    cmd = list(intent.slurm.reload)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S, check=False)
+        ok, why = proc.returncode == 0, (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+    except FileNotFoundError:
+        ok, why = False, f"command not found: {cmd[0]}"
+    except subprocess.TimeoutExpired:
+        ok, why = False, f"timed out after {RELOAD_TIMEOUT_S} s"
+    if not ok:
+        _rollback(cdir, written, live)
+        raise TargetError(f"reload `{' '.join(cmd)}` failed: {why}; the files were rolled back",
+                          hint="fix the cause, or use --no-reload to write files without reloading")
+
+
+def _rollback(cdir: Path, written: list[str], live: LiveSlurm) -> None:
+    for name in written:
+        old = live.files.get(name)
+        if old is None:
+            (cdir / name).unlink(missing_ok=True)
+        else:
+            atomic_write(cdir / name, old)

@@ -1,0 +1,150 @@
+"""Safe YAML loading that remembers where every value came from.
+
+Errors about user files must name the file and line, so the loader keeps a map from a value's
+path (``("racks", 2, "select")``) to its 1-based line. Only ``yaml.SafeLoader`` is used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError
+
+#: Largest YAML file rackctl reads (bytes). Intents are small; anything bigger is a mistake.
+MAX_YAML_BYTES = 8 * 1024 * 1024
+#: Most YAML nodes visited while mapping lines; stops alias-expansion ("billion laughs") bombs.
+MAX_YAML_NODES = 200_000
+
+Path_ = tuple[Any, ...]
+
+
+@dataclass
+class SourceMap:
+    """Lines of the values of one YAML document, keyed by path tuple (1-based lines)."""
+
+    file: str
+    lines: dict[Path_, int] = field(default_factory=dict)
+
+    def line_of(self, path: Path_) -> int | None:
+        """Line of ``path`` or of its closest ancestor that has one."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get(())
+
+    def error(self, path: Path_, message: str, *, hint: str | None = None) -> InputError:
+        """An ``InputError`` located at ``path`` (rendered as ``a.b[2].c``)."""
+        return InputError(message, file=self.file, line=self.line_of(path),
+                          field=format_path(path) or None, hint=hint)
+
+
+def format_path(path: Path_) -> str:
+    """``("racks", 2, "select")`` -> ``racks[2].select``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def read_text(path: Path, *, what: str, max_bytes: int) -> str:
+    """Read a UTF-8 text file with a size cap.
+
+    Raises ``InputError`` when the file is missing, unreadable, larger than ``max_bytes``,
+    not UTF-8, or holds NUL bytes (binary junk).
+    """
+    name = display_path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InputError(f"{what} is {size} bytes; at most {max_bytes} expected", file=name)
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found", file=name) from None
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory; a file was expected", file=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", file=name) from None
+    if b"\0" in raw:
+        raise InputError(f"{what} holds binary data (NUL bytes); UTF-8 text was expected", file=name)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", file=name, line=line) from None
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def load_yaml(path: Path, *, what: str = "YAML file") -> tuple[Any, SourceMap]:
+    """Load one YAML document safely; return ``(data, source_map)``.
+
+    Raises ``InputError`` for unreadable files, syntax errors (with the line), several
+    documents in one file, and documents too large or alias-heavy to expand.
+    """
+    text = read_text(path, what=what, max_bytes=MAX_YAML_BYTES)
+    name = display_path(path)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        smap = SourceMap(name)
+        if node is not None:
+            _map_lines(node, (), smap.lines, [0])
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise InputError(f"invalid YAML: {problem}", file=name, line=line) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", file=name) from None
+    except _TooManyNodes:
+        raise InputError(f"{what} expands to more than {MAX_YAML_NODES} values "
+                         "(deeply nested or alias-expanding YAML)", file=name) from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply", file=name) from None
+    finally:
+        loader.dispose()
+    return data, smap
+
+
+class _TooManyNodes(Exception):
+    pass
+
+
+def _map_lines(node: yaml.Node, path: Path_, lines: dict[Path_, int], count: list[int]) -> None:
+    count[0] += 1
+    if count[0] > MAX_YAML_NODES:
+        raise _TooManyNodes()
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.start_mark)
+            if key in seen and key != "<<":
+                # PyYAML would silently keep the last value; a repeated key is almost always a mistake.
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+            _map_lines(value_node, path + (key,), lines, count)
+            # The key's own line is the useful one for errors about this value.
+            lines[path + (key,)] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _map_lines(item, path + (i,), lines, count)
