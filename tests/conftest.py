@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Let `.venv/bin/pytest` import `reconciler` from a plain checkout (it is not pip-installed).
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-# Real captures live beside the checkout, in shared/fixtures (each with a .source.txt).
-FIXTURES_DIR = ROOT / ".." / "shared" / "fixtures"
+# Real files from NVIDIA, Slurm and Kubernetes live beside the checkout in shared/fixtures (each
+# with a .source.txt saying where it came from); RACKCTL_FIXTURES points elsewhere if needed.
+FIXTURES_DIR = Path(os.environ.get("RACKCTL_FIXTURES", ROOT.parent / "shared" / "fixtures"))
 
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    """Root of the shared real-world fixtures (``/work/shared/fixtures`` in this layout)."""
+    """Root of the shared real-world fixtures (``../shared/fixtures`` from the checkout)."""
+    if not FIXTURES_DIR.is_dir():
+        pytest.skip(f"real-world fixtures not found at {FIXTURES_DIR} (set RACKCTL_FIXTURES)")
     return FIXTURES_DIR
