@@ -126,7 +126,9 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
     resources: list[Change] = []
     if t.topology_file in causes:
         topo, cause = live.files.get(t.topology_file), causes[t.topology_file]
-        resources += _block_changes(topo, desired, cause) + _block_sizes_change(topo, desired, cause)
+        resources += _block_changes(parse_blocks(topo, t.topology_file), desired, cause)
+        if t.topology_file.endswith(".conf"):
+            resources += _block_sizes_change(topo, desired, cause)
     if t.include_file in causes:
         resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
     return Plan(
@@ -150,8 +152,7 @@ def _diff(name: str, before: bytes | None, after: bytes) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
-def _block_changes(live_topology: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
-    live = parse_blocks(live_topology)
+def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlurm, cause: str) -> list[Change]:
     live_index = {name: i for i, (name, _) in enumerate(live)}
     live_nodes = dict(live)
     out = []

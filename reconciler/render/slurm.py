@@ -1,7 +1,7 @@
 """Render the desired Slurm state as the two files rackctl owns in the Slurm config dir.
 
 ``topology.conf`` follows topology.conf(5) (topology/block: ``BlockName=``/``Nodes=`` lines and
-``BlockSizes=``); the include file holds ``PartitionName=`` lines (slurm.conf(5)) and, for
+``BlockSizes=``), ``topology.yaml`` (Slurm 25.05+) topology.yaml(5) with one block topology; the include file holds ``PartitionName=`` lines (slurm.conf(5)) and, for
 per-job IMEX, the ``switch/nvidia_imex`` settings. Text comes from jinja2 templates rendered with
 ``StrictUndefined``; only names already validated by the intent schema reach them, and each value
 is checked again here so nothing can inject a line.
@@ -35,7 +35,7 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
     Deterministic: the same intent and desired state give byte-identical files.
     """
     common = {"cluster": intent.name, "intent_file": intent.path.name}
-    topo = _env.get_template("topology.conf.j2").render(
+    topo = _env.get_template(f"{intent.slurm.topology_file}.j2").render(
         blocks=[{"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes))} for b in desired.blocks],
         block_sizes=desired.block_sizes, **common)
     include = _env.get_template("include.conf.j2").render(

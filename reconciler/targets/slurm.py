@@ -12,10 +12,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from .. import __version__, hostlist, slurmconf
 from ..atomicfile import atomic_write
 from ..diagnostics import ERROR, WARNING, Diagnostic
-from ..errors import TargetError
+from ..errors import RackctlError, TargetError
 from ..intent import Intent
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
@@ -93,7 +95,7 @@ def _scan_conf(data: bytes, cdir: Path, include_file: str, live: LiveSlurm, dept
         elif key.lower() == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
             try:
                 live.node_names.update(hostlist.expand(value))
-            except Exception:  # a NodeName rackctl cannot parse is slurmctld's to reject
+            except RackctlError:  # a NodeName rackctl cannot parse is slurmctld's to reject
                 continue
 
 
@@ -107,7 +109,8 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
                                 "topology.yaml"))
     if live.node_names is None:
         return diags
-    if (live.topology_plugin or "").lower() != "topology/block":
+    # With topology.yaml (25.05+) the topologies come from that file, not TopologyPlugin.
+    if t.topology_file == "topology.conf" and (live.topology_plugin or "").lower() != "topology/block":
         diags.append(Diagnostic(ERROR, "topology-plugin", f"slurm.conf has TopologyPlugin="
                                 f"{live.topology_plugin or '(unset)'}; expected topology/block", "slurm.conf"))
     if not any(Path(i).name == t.include_file for i in live.includes):
@@ -121,10 +124,13 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
     return diags
 
 
-def parse_blocks(data: bytes | None) -> list[tuple[str, tuple[str, ...]]]:
-    """``BlockName=``/``Nodes=`` lines of a topology.conf, in file order (topology.conf(5))."""
+def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[tuple[str, tuple[str, ...]]]:
+    """Blocks of a topology file in file order: ``BlockName=``/``Nodes=`` lines of a topology.conf
+    (topology.conf(5)), or the ``block`` topologies of a topology.yaml (topology.yaml(5))."""
     if not data:
         return []
+    if file_name.endswith(".yaml"):
+        return _parse_yaml_blocks(data)
     out = []
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         head = line.head
@@ -132,8 +138,25 @@ def parse_blocks(data: bytes | None) -> list[tuple[str, tuple[str, ...]]]:
             nodes = line.get("Nodes") or ""
             try:
                 out.append((head[1], tuple(hostlist.expand(nodes)) if nodes else ()))
-            except Exception:
+            except RackctlError:
                 out.append((head[1], ()))
+    return out
+
+
+def _parse_yaml_blocks(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return []  # unreadable: treated as no history; the plan rewrites the file
+    out = []
+    for topo in doc if isinstance(doc, list) else []:
+        block = topo.get("block") if isinstance(topo, dict) else None
+        for b in (block or {}).get("blocks") or []:
+            try:
+                out.append((str(b["block"]), tuple(hostlist.expand(str(b.get("nodes") or "")))
+                            if b.get("nodes") else ()))
+            except (KeyError, TypeError, RackctlError):
+                continue
     return out
 
 
@@ -153,7 +176,8 @@ def history(intent: Intent, live: LiveSlurm, record: AppliedRecord | None) -> Hi
     """Block layout as last applied: rackctl's record, else the live topology file."""
     if record is not None:
         return History(record.blocks)
-    return History(tuple(parse_blocks(live.files.get(intent.slurm.topology_file))))
+    name = intent.slurm.topology_file
+    return History(tuple(parse_blocks(live.files.get(name), name)))
 
 
 @dataclass(frozen=True)
