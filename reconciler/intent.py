@@ -170,7 +170,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         seen_racks[r["name"]] = i
         kind, value = next(iter(r["select"].items()))
         if kind == "hosts":
-            hostlist.expand(value, field=f"racks[{i}].select.hosts")
+            _expand(smap, where + ("select", "hosts"), value)
         if kind == "clusterUUID":
             value = value.lower()
         trays = r.get("trays", default_trays)
@@ -226,7 +226,7 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
         owner: dict[str, str] = {}
         sizes = set()
         for name, hl in explicit:
-            hosts = hostlist.expand(hl, field=f"{smap.file}: {_fmt(where)}.slices.{name}")
+            hosts = _expand(smap, where + ("slices", name), hl)
             sizes.add(len(hosts))
             for h in hosts:
                 if h in owner and owner[h] != name:
@@ -252,9 +252,12 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
     return Slicing(mode, count)
 
 
-def _fmt(path: tuple) -> str:
-    from .yamlsource import format_path
-    return format_path(path)
+def _expand(smap: SourceMap, where: tuple, text: str) -> list[str]:
+    """``hostlist.expand`` whose errors name the intent file, line and field."""
+    try:
+        return hostlist.expand(text)
+    except InputError as exc:
+        raise smap.error(where, exc.message, hint=exc.hint) from None
 
 
 def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap) -> list[Tier]:
@@ -295,6 +298,11 @@ def _check_hosts_disjoint(intent: Intent) -> None:
         if len(hosts) > r.trays:
             raise intent.source.error(("racks", r.index, "select", "hosts"),
                                       f"rack {r.name} selects {len(hosts)} hosts; it has {r.trays} trays")
+        if len(hosts) < r.trays and r.slicing.mode != "explicit":
+            # Every slice would be short of its declared size: the plan could never be rendered.
+            raise intent.source.error(("racks", r.index, "select", "hosts"),
+                                      f"rack {r.name} selects {len(hosts)} hosts; it has {r.trays} trays",
+                                      hint=f"name every tray, or declare trays: {len(hosts)} for this rack")
         for h in hosts:
             if h in owner:
                 raise intent.source.error(("racks", r.index, "select", "hosts"),

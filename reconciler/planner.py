@@ -91,9 +91,12 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
     for name, nodes in history.blocks:
         hist_by_rack[rack_of_block(name)].append((name, nodes))
 
+    matched: dict[str, list[str]] = defaultdict(list)
+    for host, rack_name in owner.items():
+        matched[rack_name].append(host)
     slices: dict[str, list[tuple[str, list[str]]]] = {}  # rack -> [(slice name, members)]
     for rack in intent.racks:
-        members = _members(rack, owner, fabric, hist_by_rack.get(rack.name, []))
+        members = _members(rack, matched[rack.name], owner, hist_by_rack.get(rack.name, []))
         _check_one_domain(rack, members, fabric, diags)
         slices[rack.name] = _slice(rack, intent, members, fabric, hist_by_rack.get(rack.name, []), diags)
 
@@ -131,11 +134,11 @@ def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dic
     return owner
 
 
-def _members(rack: Rack, owner: dict[str, str], fabric: Fabric,
+def _members(rack: Rack, matched: list[str], owner: dict[str, str],
              hist: list[tuple[str, tuple[str, ...]]]) -> list[str]:
-    """Every tray of the rack: matched, named-but-missing (hosts selector) and previously
-    applied trays that no other rack has taken since."""
-    members = {h for h, r in owner.items() if r == rack.name}
+    """Every tray of the rack: ``matched`` by its selector, named-but-missing (hosts selector)
+    and previously applied trays that no other rack has taken since."""
+    members = set(matched)
     if rack.select_kind == "hosts":
         members.update(hostlist.expand(rack.select_value))
     for _, nodes in hist:
@@ -203,8 +206,13 @@ def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
     assigned: dict[str, list[str]] = {n: [] for n in names}
     member_set = set(members)
     placed: set[str] = set()
-    # Trays keep the slice they were applied in, so a lost tray never shifts the others.
-    for bname, nodes in hist:
+    # Trays keep the slice they were applied in, so a lost tray never shifts the others. An
+    # applied block always held exactly one declared slice; one of another size means the intent
+    # changed the slicing (count or trays), and the rack is cut afresh in tray order.
+    kept = [(b, nodes) for b, nodes in hist if b.replace("-", "/", 1) in assigned]
+    if any(len(nodes) != size for _, nodes in kept):
+        kept = []
+    for bname, nodes in kept:
         sname = bname.replace("-", "/", 1)
         if sname in assigned:
             keep = [h for h in nodes if h in member_set and h not in placed]
@@ -320,6 +328,8 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
         ordered = sorted(enumerate(slices[rack.name]),
                          key=lambda p: (hist_index.get(block_name(p[1][0]), big), p[0]))
         for _, (sname, members) in ordered:
+            if not members:  # already an error (slice-short); an empty block is fatal to Slurm 24.11
+                continue
             bname = block_name(sname)
             if bname in seen:
                 diags.append(Diagnostic(ERROR, "block-name-duplicate", f"slices {seen[bname]} and {sname} both "

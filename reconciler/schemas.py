@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from pathlib import Path
 from typing import Any, Callable
 
+import fastjsonschema
 import jsonschema
+import referencing
 
 from .errors import InputError
+
+#: Longest quotation of an offending value in a message (characters).
+MAX_QUOTED = 200
 
 
 def schema_dir() -> Path:
@@ -25,31 +31,84 @@ def schema_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def validator(name: str) -> jsonschema.protocols.Validator:
-    """A compiled validator for ``schemas/<name>.schema.json`` (cached)."""
-    schema = json.loads((schema_dir() / f"{name}.schema.json").read_text(encoding="utf-8"))
+    """A compiled validator for ``schemas/<name>.schema.json`` (cached); ``$ref`` between the
+    published schemas resolves by their ``$id``."""
+    schema = _load(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, registry=_registry())
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((schema_dir() / f"{name}.schema.json").read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _registry() -> referencing.Registry:
+    resources = []
+    for f in sorted(schema_dir().glob("*.schema.json")):
+        schema = json.loads(f.read_text(encoding="utf-8"))
+        resources.append((schema["$id"], referencing.Resource.from_contents(schema)))
+    return referencing.Registry().with_resources(resources)
+
+
+@functools.lru_cache(maxsize=None)
+def _fast(name: str) -> Callable[[Any], Any]:
+    # fastjsonschema compiles the schema to Python: ~20x faster than jsonschema on 36,000
+    # NodeReports. Valid data (the common case) never reaches jsonschema.
+    return fastjsonschema.compile(_load(name), handlers={"https": _local_ref})
+
+
+def _local_ref(uri: str) -> dict[str, Any]:
+    # $ref between published schemas names them by $id (https://rackctl.dev/schemas/NAME.schema.json);
+    # they are read from disk, never fetched.
+    return _load(uri.rsplit("/", 1)[-1].removesuffix(".schema.json"))
 
 
 def first_error(name: str, data: Any) -> jsonschema.ValidationError | None:
-    """The most relevant schema violation of ``data`` against schema ``name``, or None."""
-    best = jsonschema.exceptions.best_match(validator(name).iter_errors(data))
+    """The most relevant schema violation of ``data`` against schema ``name``, or None.
+
+    Beyond jsonschema's ``best_match``: an unknown key beats a missing one at the same place
+    (``rack:`` for ``racks:`` is a typo, not a missing field), and a failed ``oneOf``/``anyOf``
+    is explained by the alternative that came closest (fewest violations) rather than by the
+    whole instance.
+    """
+    try:
+        _fast(name)(data)
+        return None
+    except fastjsonschema.JsonSchemaException:
+        pass  # explain it with jsonschema, the reference implementation
+    errors = list(validator(name).iter_errors(data))
+    best = jsonschema.exceptions.best_match(errors)
+    while best is not None and best.validator in ("oneOf", "anyOf") and best.context:
+        branches: dict[Any, list[jsonschema.ValidationError]] = {}
+        for sub in best.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        closest = min(branches.values(), key=len)
+        errors, best = closest, jsonschema.exceptions.best_match(closest)
+    if best is not None and best.validator == "required":
+        unknown = [e for e in errors if e.validator == "additionalProperties"
+                   and e.absolute_path == best.absolute_path]
+        if unknown:
+            best = unknown[0]
     return best
 
 
-def check(name: str, data: Any, *, locate: Callable[[tuple], InputError] | None = None,
-          file: str | None = None) -> None:
+def check(name: str, data: Any, *, locate: Callable[[tuple, str], InputError] | None = None,
+          file: str | None = None, prefix: tuple = ()) -> None:
     """Validate ``data`` against schema ``name``; raise one ``InputError`` for the first violation.
 
     ``locate(path, message)`` builds the error (so YAML callers can add the line); otherwise the
-    error names ``file`` and the field path.
+    error names ``file`` and the field path, prefixed by ``prefix`` (the value's place in its file).
     """
     err = first_error(name, data)
     if err is None:
         return
-    path = tuple(err.absolute_path)
+    path = prefix + tuple(err.absolute_path)
     message = describe(err)
+    extra = _unknown_keys(err)
+    if len(extra) == 1:  # point at the offending key itself (its line, its name)
+        path += (extra[0],)
     if locate is not None:
         raise locate(path, message)
     from .yamlsource import format_path  # local: keeps this module free of YAML concerns
@@ -63,7 +122,11 @@ def describe(err: jsonschema.ValidationError) -> str:
     if err.validator == "pattern":
         msg = f"{err.instance!r} is not allowed here; expected {hint or 'a value matching ' + err.validator_value}"
     elif err.validator == "additionalProperties":
-        msg = f"{err.message}; allowed keys: {', '.join(sorted(schema.get('properties', {})))}"
+        allowed = sorted(schema.get("properties", {}))
+        msg = f"{err.message}; allowed keys: {', '.join(allowed)}"
+        guesses = [g for k in _unknown_keys(err) for g in difflib.get_close_matches(str(k), allowed, n=1)]
+        if guesses:
+            msg += f" (did you mean {guesses[0]!r}?)"
     elif err.validator in ("enum", "const"):
         allowed = err.validator_value if err.validator == "enum" else [err.validator_value]
         msg = f"{err.instance!r} is not allowed; expected one of: {', '.join(map(repr, allowed))}"
@@ -71,4 +134,18 @@ def describe(err: jsonschema.ValidationError) -> str:
         msg = f"{err.message}; expected {hint}"
     else:
         msg = err.message + (f" ({hint})" if hint and err.validator == "type" else "")
+    # jsonschema quotes the whole offending value; a big one (a whole inventory) would bury
+    # the message, so quote only its beginning.
+    full = repr(err.instance)
+    if len(full) > MAX_QUOTED:
+        msg = msg.replace(full, full[:MAX_QUOTED] + "...")
     return msg
+
+
+def _unknown_keys(err: jsonschema.ValidationError) -> list[Any]:
+    """Keys an ``additionalProperties: false`` violation is about (empty for other errors)."""
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
+        return []
+    known = schema.get("properties", {})
+    return [k for k in err.instance if k not in known]

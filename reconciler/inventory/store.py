@@ -39,9 +39,15 @@ def load_inventory(path: Path) -> list[dict[str, Any]]:
         name = display_path(f)
         doc = _read_json(f)
         if isinstance(doc, dict) and "nodes" in doc:
-            schemas.check("node-report", doc, file=name)
+            # The envelope first (nodes emptied), then each node on its own: one pass over the
+            # nodes, and errors that name nodes[i].
+            schemas.check("inventory", {**doc, "nodes": []}, file=name)
+            if not isinstance(doc["nodes"], list):
+                raise InputError("expected a list of NodeReports", file=name, field="nodes")
             batch = doc["nodes"]
             places = [f"{name}: nodes[{i}]" for i in range(len(batch))]
+            for i, node in enumerate(batch):
+                schemas.check("node-report", node, file=name, prefix=("nodes", i))
         else:
             schemas.check("node-report", doc, file=name)
             batch, places = [doc], [name]

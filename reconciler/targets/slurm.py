@@ -21,6 +21,7 @@ from ..errors import RackctlError, TargetError
 from ..intent import Intent
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
+from ..yamlsource import display_path
 
 RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
@@ -48,15 +49,15 @@ def read_live(intent: Intent) -> LiveSlurm:
     live = LiveSlurm(cdir, {})
     if not cdir.exists():
         live.files = {t.topology_file: None, t.include_file: None}
-        live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {cdir} does "
-                                           "not exist; treated as empty", str(cdir)))
+        live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {display_path(cdir)} does "
+                                           "not exist; treated as empty", display_path(cdir)))
         return live
     for name in (t.topology_file, t.include_file):
         live.files[name] = _read(cdir / name)
     live.stray_topology_yaml = t.topology_file == "topology.conf" and (cdir / "topology.yaml").exists()
     conf = _read(cdir / "slurm.conf")
     if conf is None:
-        live.diagnostics.append(Diagnostic(WARNING, "slurm-conf-missing", f"{cdir}/slurm.conf not found; "
+        live.diagnostics.append(Diagnostic(WARNING, "slurm-conf-missing", f"{display_path(cdir / 'slurm.conf')} not found; "
                                            "TopologyPlugin, Include and NodeName checks skipped", "slurm.conf"))
         return live
     live.node_names = set()
@@ -104,7 +105,7 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
     t = intent.slurm
     diags = list(live.diagnostics)
     if live.stray_topology_yaml and t.version >= (25, 5):
-        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{live.config_dir}/topology.yaml exists next to "
+        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{display_path(live.config_dir / 'topology.yaml')} exists next to "
                                 "the managed topology.conf; Slurm 25.05+ then ignores topology.conf",
                                 "topology.yaml"))
     if live.node_names is None:

@@ -1,0 +1,92 @@
+"""Helpers for tests that drive the rackctl CLI: as a real subprocess (exit codes, stdout vs
+stderr, no traceback) or in-process through ``reconciler.cli.main``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES_DIR = ROOT / "examples"
+EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if (p / "intent.yaml").is_file())
+MANAGED = ("topology.conf", "rackctl.conf")  # the examples' topologyFile and includeFile
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def __repr__(self) -> str:  # readable assertion failures
+        return f"Result(rc={self.rc}, out={self.out[-1500:]!r}, err={self.err!r})"
+
+
+def rackctl(*args: object, cwd: Path | None = None, stdin: int | None = subprocess.DEVNULL,
+            timeout: float = 120) -> Result:
+    """Run ``python -m reconciler ARGS`` in a subprocess with standard input not a terminal.
+
+    ``XDG_STATE_HOME`` points into ``cwd`` (or a throwaway folder) so that a command run without
+    ``--state-dir`` can never touch the real home directory.
+    """
+    env = dict(os.environ)
+    env.pop("RACKCTL_DEBUG", None)
+    env["XDG_STATE_HOME"] = str((cwd or ROOT / ".pytest_cache") / ".xdg-state")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "reconciler", *map(str, args)], cwd=cwd or ROOT,
+                          stdin=stdin, capture_output=True, text=True, env=env, timeout=timeout)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_main(capsys, *args: object) -> Result:
+    """Run ``reconciler.cli.main(ARGS)`` in this process and capture what it printed."""
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return Result(rc, captured.out, captured.err)
+
+
+def config_dir_for(example: str, tmp: Path) -> Path:
+    """A fresh Slurm config dir holding only a copy of the example's slurm.conf."""
+    cfg = tmp / "slurm-etc"
+    cfg.mkdir(parents=True)
+    shutil.copy2(EXAMPLES_DIR / example / "slurm" / "slurm.conf", cfg / "slurm.conf")
+    return cfg
+
+
+def copy_example(example: str, dest: Path) -> Path:
+    """Copy the whole example (intent, inventory, slurm/) to ``dest``; return the intent path."""
+    shutil.copytree(EXAMPLES_DIR / example, dest)
+    return dest / "intent.yaml"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Every file under ``folder``: relative path -> (inode, mtime_ns, mode, bytes).
+
+    Folders are listed too (empty bytes), so a new temp file or folder shows as a difference.
+    """
+    out: dict[str, tuple[int, int, int, bytes]] = {}
+    if not folder.exists():
+        return out
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        data = p.read_bytes() if p.is_file() else b""
+        out[str(p.relative_to(folder))] = (st.st_ino, st.st_mtime_ns, st.st_mode, data)
+    return out
+
+
+def assert_one_error(res: Result) -> str:
+    """Exit 1 and exactly one ``error: ...`` message on stderr (an optional hint line may
+    follow); no traceback. Returns the message."""
+    assert res.rc == 1, res
+    assert "Traceback" not in res.err and "internal error" not in res.err, res
+    lines = res.err.splitlines()
+    assert lines and lines[0].startswith("error: "), res
+    assert all(line.startswith("  hint: ") for line in lines[1:]), res
+    return res.err

@@ -1,0 +1,303 @@
+"""The bad-input corpus (issue 2, "Bad input"): every case runs the real CLI in a subprocess
+and must exit 1 with exactly one `error: ...` message that names the file and line or field
+and says what was expected, print no traceback, and write nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clihelp import EXAMPLES_DIR, assert_one_error, rackctl, snapshot
+
+BASE = """\
+apiVersion: rackctl.dev/v1alpha1
+kind: ClusterIntent
+metadata: {name: bad-input}
+inventory: {path: inventory.json}
+defaults:
+  trays: 18
+  slicing: {mode: whole}
+racks:
+  - {name: a01, select: {hosts: "gb-a01-n[01-18]"}}
+  - {name: a02, select: {hosts: "gb-a02-n[01-18]"}}
+tiers:
+  - name: prod
+    slices: [a01, a02]
+    slurm: {partition: gb200, qos: normal, maxTime: "2-00:00:00", default: true}
+policy: {imex: per-job, maxJobSpan: cluster}
+targets:
+  slurm: {version: "24.11", configDir: slurm, topologyFile: topology.conf, includeFile: rackctl.conf}
+"""
+
+
+def sub(*pairs: str) -> str:
+    """BASE with each (old, new) pair replaced; every old text must occur exactly once."""
+    text = BASE
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+TIER2 = "  - name: prod\n"
+A01 = '{name: a01, select: {hosts: "gb-a01-n[01-18]"}}'
+A02 = '{name: a02, select: {hosts: "gb-a02-n[01-18]"}}'
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
+LAUGHS = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + LAUGHS
+
+# id -> (intent text or bytes, expected pieces of the one error message)
+INTENT_CASES = {
+    "yaml-tab": (sub("  trays: 18", "\ttrays: 18"),
+                 ["intent.yaml:6: invalid YAML: found character '\\t' that cannot start any token"]),
+    "yaml-indent": (sub("  slicing: {mode: whole}", "   slicing: {mode: whole}"),
+                    ["intent.yaml:7: invalid YAML: mapping values are not allowed here"]),
+    "yaml-unclosed-bracket": (sub("slices: [a01, a02]", "slices: [a01, a02"),
+                              ["intent.yaml:14: invalid YAML: expected ',' or ']', but got ':'"]),
+    "empty-file": ("", ["intent.yaml:1: an intent must be a YAML mapping with apiVersion, kind, metadata, racks"]),
+    "yaml-list": ("- a01\n- a02\n",
+                  ["intent.yaml:1: an intent must be a YAML mapping with apiVersion, kind, metadata, racks"]),
+    "wrong-apiVersion": (sub("rackctl.dev/v1alpha1", "rackctl.dev/v1"),
+                         ["intent.yaml:1: apiVersion: 'rackctl.dev/v1' is not allowed; "
+                          "expected one of: 'rackctl.dev/v1alpha1'"]),
+    "unknown-key-typo": (sub("racks:", "rack:"),
+                         ["intent.yaml:8: rack: Additional properties are not allowed ('rack' was unexpected)",
+                          "allowed keys: apiVersion, defaults,", "(did you mean 'racks'?)"]),
+    "wrong-type-trays": (sub("trays: 18", 'trays: "18"'),
+                         ["intent.yaml:6: defaults.trays: '18' is not of type 'integer'",
+                          "compute trays per rack"]),
+    "two-selectors": (sub(A01, '{name: a01, select: {hosts: "gb-a01-n[01-18]", chassisSerial: "1823825185001"}}'),
+                      ["intent.yaml:9: racks[0].select:", "has too many properties; expected exactly one selector"]),
+    "rack-name-space": (sub("name: a01,", "name: 'a 01',"),
+                        ["intent.yaml:9: racks[0].name: 'a 01' is not allowed here; "
+                         "expected letters, digits, underscore"]),
+    "rack-name-equals": (sub("name: a01,", "name: 'a01=x',"),
+                         ["intent.yaml:9: racks[0].name: 'a01=x' is not allowed here; expected letters"]),
+    "rack-name-hash": (sub("name: a01,", "name: 'a01#x',"),
+                       ["intent.yaml:9: racks[0].name: 'a01#x' is not allowed here; expected letters"]),
+    "rack-name-newline-injection": (sub("name: a01,", 'name: "a01\\nNodeName=evil State=IDLE",'),
+                                    ["intent.yaml:9: racks[0].name: 'a01\\nNodeName=evil State=IDLE' is not "
+                                     "allowed here; expected letters, digits, underscore"]),
+    "duplicate-rack-names": (sub("name: a02,", "name: a01,"),
+                             ["intent.yaml:10: racks[1].name: duplicate rack name 'a01' (first at racks[0])"]),
+    "duplicate-tier-names": (sub(TIER2, TIER2 + "    slices: [a01]\n    slurm: {partition: other}\n" + TIER2),
+                             ["intent.yaml:15: tiers[1].name: duplicate tier name 'prod' (first at tiers[0])"]),
+    "duplicate-yaml-key": (sub("  trays: 18\n", "  trays: 18\n  trays: 9\n"),
+                           ["intent.yaml:7: invalid YAML: duplicate key 'trays'"]),
+    "equal-count-3": (sub("{mode: whole}", "{mode: equal, count: 3}"),
+                      ["intent.yaml:7: defaults.slicing.count: rack a01: slice count 3 must be a power of two "
+                       "that divides the rack's 18 trays (expected one of [1, 2])"]),
+    "equal-count-4-on-18-trays": (sub("{mode: whole}", "{mode: equal, count: 4}"),
+                                  ["defaults.slicing.count: rack a01: slice count 4 must be a power of two "
+                                   "that divides the rack's 18 trays (expected one of [1, 2])"]),
+    "explicit-slices-overlap": (sub(A01, '{name: a01, select: {hosts: "gb-a01-n[01-18]"}, slicing: {mode: explicit, '
+                                         'slices: {x: "gb-a01-n[01-09]", y: "gb-a01-n[09-17]"}}}'),
+                                ["intent.yaml:9: racks[0].slicing.slices.y: host gb-a01-n09 is in slices 'x' and "
+                                 "'y' of rack a01; a tray belongs to exactly one slice"]),
+    "host-in-two-racks": (sub('"gb-a02-n[01-18]"', '"gb-a01-n18,gb-a02-n[01-17]"'),
+                          ["intent.yaml:10: racks[1].select.hosts: host gb-a01-n18 is selected by racks a01 and "
+                           "a02; a host belongs to one rack"]),
+    "bad-hostlist": (sub("gb-a01-n[01-18]", "gb-a01-n[18-01]"),
+                     ["intent.yaml:9: racks[0].select.hosts: reversed range '18-01' in 'gb-a01-n[18-01]'; "
+                      "expected LO <= HI"]),
+    "tier-unknown-rack": (sub("[a01, a02]", "[a01, a03]"),
+                          ["intent.yaml:13: tiers[0].slices[1]: unknown rack 'a03'; expected one of a01, a02"]),
+    "tier-unknown-slice": (sub("[a01, a02]", "[a01/s7, a02]"),
+                           ["intent.yaml:13: tiers[0].slices[0]: rack a01 has no slice 's7'; its slices are a01"]),
+    "two-default-tiers": (sub(TIER2, "  - name: dev\n    slices: [a01]\n    slurm: {partition: dev, default: true}\n"
+                                     + TIER2),
+                          ["intent.yaml:17: tiers[1].slurm.default: only one tier may be the default partition "
+                           "(tiers[0] already is)"]),
+    "partition-name-equals": (sub("partition: gb200", "partition: 'gb200 Nodes=ALL'"),
+                              ["intent.yaml:14: tiers[0].slurm.partition: 'gb200 Nodes=ALL' is not allowed here; "
+                               "expected a Slurm name: 1-64 letters, digits"]),
+    "maxTime-garbage": (sub('"2-00:00:00"', '"two days"'),
+                        ["intent.yaml:14: tiers[0].slurm.maxTime: 'two days' is not allowed here; expected Slurm "
+                         "time: MM, MM:SS, HH:MM:SS, D-HH"]),
+    "billion-laughs": (LAUGHS, ["intent.yaml: intent file expands to more than 200000 values "
+                                "(deeply nested or alias-expanding YAML)"]),
+    "deeply-nested": (BASE + "x: " + "[" * 5000 + "]" * 5000 + "\n",
+                      ["intent.yaml: intent file is nested too deeply"]),
+    "binary-junk": (b"\x7fELF\x02\x01\x01\x00\x00\x00junk\xff\xfe",
+                    ["intent.yaml: intent file holds binary data (NUL bytes); UTF-8 text was expected"]),
+    "non-utf8": (sub("name: prod", "name: pr\udce9d").encode("utf-8", "surrogateescape"),
+                 ["intent.yaml:12: intent file is not valid UTF-8 (byte "]),
+    "topology-yaml-on-24.11": (sub("topologyFile: topology.conf", "topologyFile: topology.yaml"),
+                               ["intent.yaml:17: targets.slurm.topologyFile: topology.yaml needs Slurm 25.05 or "
+                                "newer; version is 24.11", "hint: use topologyFile: topology.conf"]),
+    "mixed-slice-sizes-on-24.11": (sub(A02, A02[:-1] + ", slicing: {mode: equal, count: 2}}"),
+                                   ["intent.yaml:8: racks: slices of different sizes (9 trays: a02; 18 trays: "
+                                    "a01); Slurm 24.11 has one BlockSizes for the whole cluster"]),
+}
+
+
+@pytest.fixture(scope="module")
+def inventory_doc() -> dict:
+    """The two-racks-whole NodeReports (hosts gb-a0[1-2]-n[01-18]) as one inventory document."""
+    folder = EXAMPLES_DIR / "two-racks-whole" / "inventory"
+    return {"schemaVersion": 1, "nodes": [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]}
+
+
+@pytest.fixture
+def site(tmp_path, inventory_doc) -> Path:
+    """A folder with BASE as intent.yaml, inventory.json and slurm/slurm.conf."""
+    (tmp_path / "intent.yaml").write_text(BASE)
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory_doc, indent=1))
+    (tmp_path / "slurm").mkdir()
+    shutil.copy(EXAMPLES_DIR / "two-racks-whole" / "slurm" / "slurm.conf", tmp_path / "slurm" / "slurm.conf")
+    return tmp_path
+
+
+def without_lock(snap: dict) -> dict:
+    # apply takes the lock (in the state dir) before it reads the inventory; the lock file
+    # is the one thing a failed apply may leave, and never in the config dir.
+    return {k: v for k, v in snap.items() if not k.startswith("state")}
+
+
+def check_fails(site: Path, command: str, expected: list[str], *args: object) -> None:
+    """Run COMMAND -f intent.yaml ARGS in ``site``; assert the bad-input contract."""
+    before = snapshot(site)
+    argv = [command, "-f", "intent.yaml", "--state-dir", "state", *args]
+    if command == "apply":
+        argv += ["--auto-approve"]
+    res = rackctl(*argv, cwd=site)
+    msg = assert_one_error(res)
+    assert res.out == "", res
+    for piece in expected:
+        assert piece in msg, (piece, msg)
+    after = snapshot(site)
+    if command == "apply":
+        assert without_lock(after) == without_lock(before)
+        assert sorted(after.keys() - before.keys()) in ([], ["state", "state/bad-input", "state/bad-input/lock"])
+    else:
+        assert after == before
+
+
+def test_the_base_intent_is_good(site):
+    res = rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", cwd=site)
+    assert res.rc == 2, res
+
+
+@pytest.mark.parametrize("command", ["plan", "apply"])
+@pytest.mark.parametrize("case", sorted(INTENT_CASES))
+def test_bad_intent(site, case, command):
+    text, expected = INTENT_CASES[case]
+    path = site / "intent.yaml"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+    check_fails(site, command, expected)
+
+
+def test_intent_that_does_not_exist(site):
+    (site / "intent.yaml").unlink()
+    check_fails(site, "plan", ["error: intent.yaml: intent file not found"])
+
+
+# ---- inventory (NodeReports) --------------------------------------------------------------------
+
+def edit_inventory(site: Path, change) -> None:
+    doc = json.loads((site / "inventory.json").read_text())
+    change(doc)
+    (site / "inventory.json").write_text(json.dumps(doc, indent=1))
+
+
+def test_inventory_json_syntax_error_names_the_line(site):
+    lines = (site / "inventory.json").read_text().splitlines(keepends=True)
+    i = next(i for i in range(40, len(lines)) if lines[i].endswith(",\n"))
+    lines[i] = lines[i][:-2] + "\n"  # drop a comma: the parser stumbles on the next line
+    (site / "inventory.json").write_text("".join(lines))
+    for command in ("plan", "apply"):
+        check_fails(site, command, [f"inventory.json:{i + 2}: invalid JSON: Expecting ',' delimiter"])
+
+
+def test_inventory_schema_violation_names_the_field_path(site):
+    edit_inventory(site, lambda d: d["nodes"][3]["gpus"][1]["fabric"].update(state="Done"))
+    check_fails(site, "plan", ["inventory.json: nodes[3].gpus[1].fabric.state: 'Done' is not allowed; "
+                               "expected one of: 'Not Supported', 'Not Started', 'In Progress', 'Completed'"])
+
+
+def test_inventory_with_the_wrong_schema_version_is_quoted_briefly(site):
+    edit_inventory(site, lambda d: d.update(schemaVersion=2))
+    check_fails(site, "plan", ["inventory.json: schemaVersion: 2 is not allowed; expected one of: 1"])
+    # the message names the field; it does not quote the whole inventory
+    res = rackctl("plan", "-f", "intent.yaml", cwd=site)
+    assert len(res.err) < 500, res
+
+
+def test_a_host_reported_twice_across_inventory_files(site, inventory_doc):
+    folder = site / "inventory"
+    folder.mkdir()
+    for node in inventory_doc["nodes"]:
+        (folder / f"{node['hostname']}.json").write_text(json.dumps(node))
+    (folder / "zz-copy.json").write_text(json.dumps(inventory_doc["nodes"][4]))
+    (site / "intent.yaml").write_text(sub("path: inventory.json", "path: inventory/"))
+    check_fails(site, "plan", ["inventory/zz-copy.json: hostname: host gb-a01-n05 is reported twice "
+                               "(also in inventory/gb-a01-n05.json)"])
+
+
+def test_an_inventory_path_that_does_not_exist(site):
+    for command in ("plan", "apply"):
+        check_fails(site, command, ["error: no-such-dir: inventory not found; expected a NodeReport directory or file"],
+                    "--inventory", "no-such-dir")
+
+
+# ---- nvidia-smi captures for `rackctl inventory` -----------------------------------------------
+
+GOOD_CAPTURE = """\
+GPU 00000008:01:00.0
+    Fabric
+        State                                  : Completed
+        Status                                 : Success
+        CliqueId                               : 2
+        ClusterUUID                            : dc6e40c4-d722-4357-9ba6-5291dd461278
+"""
+
+CAPTURE_CASES = {
+    "no-known-section": ("Hello from a login banner\nKernel : 6.8.0\n",
+                         ["gb-x-n01.txt: no GPU, Fabric or Platform Info section found; expected `nvidia-smi -q` "
+                          "output or a fragment of it"]),
+    "cliqueid-not-a-number": (GOOD_CAPTURE.replace("CliqueId                               : 2",
+                                                   "CliqueId                               : abc"),
+                              ["gb-x-n01.txt:5: Fabric.CliqueId: expected an unsigned 32-bit decimal integer or N/A, "
+                               "got 'abc'"]),
+    "binary-capture": (b"\x00\x01\x02\x03GPU", ["gb-x-n01.txt: capture holds binary data (NUL bytes); "
+                                                "UTF-8 text was expected"]),
+}
+
+
+@pytest.mark.parametrize("output", ["--out-dir", "--out"])
+@pytest.mark.parametrize("case", sorted(CAPTURE_CASES))
+def test_garbled_capture(tmp_path, case, output):
+    text, expected = CAPTURE_CASES[case]
+    (tmp_path / "gb-x-n00.txt").write_text(GOOD_CAPTURE)  # a good capture first: still nothing written
+    bad = tmp_path / "gb-x-n01.txt"
+    bad.write_bytes(text) if isinstance(text, bytes) else bad.write_text(text)
+    before = snapshot(tmp_path)
+    res = rackctl("inventory", "gb-x-n00.txt", "gb-x-n01.txt", output, "out", cwd=tmp_path)
+    msg = assert_one_error(res)
+    for piece in expected:
+        assert piece in msg, (piece, msg)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_capture_that_does_not_exist(tmp_path):
+    res = rackctl("inventory", "missing.txt", "--out-dir", "out", cwd=tmp_path)
+    assert assert_one_error(res) == "error: missing.txt: capture not found\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_hostname_for_several_captures(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(GOOD_CAPTURE)
+    res = rackctl("inventory", "a.txt", "b.txt", "--hostname", "gb-r01-n01", "--out-dir", "out", cwd=tmp_path)
+    assert "--hostname: --hostname names one host; pass one capture with it" in assert_one_error(res)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hostname_that_is_not_a_host_name(tmp_path):
+    (tmp_path / "a.txt").write_text(GOOD_CAPTURE)
+    res = rackctl("inventory", "a.txt", "--hostname", "../etc/passwd", "--out-dir", "out", cwd=tmp_path)
+    msg = assert_one_error(res)
+    assert "a.txt: hostname: '../etc/passwd' is not allowed here; expected" in msg
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,125 @@
+"""Golden tests: whole runs of ``rackctl plan`` and ``rackctl apply`` on fixed inputs.
+
+One directory per scenario under ``tests/golden/<scenario>/``:
+
+inputs
+    ``intent.yaml`` (its leading comment draws the modelled topology), ``inventory.json`` or
+    ``inventory/``, optional ``slurm/`` (the live Slurm config dir: ``slurm.conf`` and maybe
+    managed files left by an earlier run), optional ``steps.yaml``: a list run before the plan,
+    each ``apply`` (``rackctl apply --no-reload --auto-approve``, must exit 0) or
+    ``{append: PATH, text: TEXT}`` (a hand edit of a file of the scenario).
+expected/
+    ``plan.json`` (``plan --format json``, compared after parsing; ``rackctl_version`` is left
+    out), ``plan.txt`` (``plan``, byte-exact), ``exit_code`` (of ``plan``), and the files
+    ``apply --no-reload --auto-approve`` renders into ``slurm/`` (byte-exact). A scenario whose
+    plan exits 1 has no rendered files: ``apply`` must then exit 1 and leave ``slurm/`` as it was.
+    After a successful apply, ``plan`` must exit 0 (nothing left to do).
+
+Each scenario is copied to ``tmp_path`` and run from there (so paths in plans are relative),
+with ``--state-dir`` in ``tmp_path``.
+
+To regenerate the expected files after a deliberate change, run
+``RACKCTL_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_golden.py`` and review every changed
+file by eye against the rules before committing it: a golden file that enshrines a bug is worse
+than none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reconciler import __version__
+from reconciler.cli import main
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SCENARIOS = sorted(p.name for p in GOLDEN.iterdir() if (p / "intent.yaml").is_file())
+UPDATE = os.environ.get("RACKCTL_UPDATE_GOLDEN") == "1"
+PLAN_FILES = ("plan.json", "plan.txt", "exit_code")
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def _run_steps(work: Path, common: list[str], capsys) -> None:
+    steps_file = work / "steps.yaml"
+    if not steps_file.exists():
+        return
+    for step in yaml.safe_load(steps_file.read_text()):
+        if step == "apply":
+            code, out = _run(capsys, "apply", *common, "--no-reload", "--auto-approve")
+            assert code == 0, f"setup apply failed:\n{out}"
+        elif isinstance(step, dict) and "append" in step:
+            with open(work / step["append"], "a", encoding="utf-8") as fh:
+                fh.write(step["text"])
+        else:
+            raise AssertionError(f"unknown step in {steps_file}: {step!r}")
+
+
+def test_scenarios_exist():
+    assert len(SCENARIOS) >= 20, SCENARIOS
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    work = tmp_path / "work"
+    shutil.copytree(GOLDEN / scenario, work, ignore=shutil.ignore_patterns("expected"))
+    expected = GOLDEN / scenario / "expected"
+    monkeypatch.chdir(work)
+    common = ["-f", "intent.yaml", "--state-dir", str(tmp_path / "state")]
+    _run_steps(work, common, capsys)
+
+    code, plan_json = _run(capsys, "plan", *common, "--format", "json")
+    code_txt, plan_txt = _run(capsys, "plan", *common)
+    assert code_txt == code
+    doc = json.loads(plan_json)
+    assert doc.pop("rackctl_version") == __version__
+
+    before_apply = _snapshot(work / "slurm")
+    apply_code, apply_out = _run(capsys, "apply", *common, "--no-reload", "--auto-approve")
+    after_apply = _snapshot(work / "slurm")
+    managed = (doc["target"]["topologyFile"], doc["target"]["includeFile"])
+
+    if UPDATE:
+        expected.mkdir(exist_ok=True)
+        (expected / "plan.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (expected / "plan.txt").write_text(plan_txt)
+        (expected / "exit_code").write_text(f"{code}\n")
+        for name in managed:
+            (expected / name).unlink(missing_ok=True)
+            if code != 1:
+                shutil.copyfile(work / "slurm" / name, expected / name)
+
+    assert code == int((expected / "exit_code").read_text()), plan_txt
+    want = json.loads((expected / "plan.json").read_text())
+    assert doc == want, f"plan.json differs; rerun with RACKCTL_UPDATE_GOLDEN=1 and review\n{plan_txt}"
+    assert plan_txt == (expected / "plan.txt").read_text()
+
+    rendered = sorted(p.name for p in expected.iterdir() if p.name not in PLAN_FILES)
+    if code == 1:
+        assert rendered == [], "a plan with errors renders nothing"
+        assert apply_code == 1, apply_out
+        assert after_apply == before_apply, "apply with errors wrote into the Slurm config dir"
+        return
+    assert apply_code == 0, apply_out
+    assert rendered == sorted(managed)
+    for name in rendered:
+        assert (work / "slurm" / name).read_bytes() == (expected / name).read_bytes(), name
+    untouched = {k: v for k, v in after_apply.items() if k not in managed}
+    assert untouched == {k: v for k, v in before_apply.items() if k not in managed}, "slurm.conf was written"
+    again, again_txt = _run(capsys, "plan", *common)
+    assert again == 0, again_txt
