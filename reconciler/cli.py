@@ -44,11 +44,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`rackctl plan | head`)
+        _drop_stdout()
+        return EXIT_ERROR
+    except OSError as exc:  # I/O on a path the user named (--out, --out-dir, --state-dir, ...)
+        return _fail(args, _os_error(exc))
     except Exception as exc:  # a bug: say so plainly; the traceback only on request
         if os.environ.get("RACKCTL_DEBUG"):
             raise
         return _fail(args, f"internal error: {type(exc).__name__}: {exc} (set RACKCTL_DEBUG=1 for a traceback "
                            "and please report it)")
+
+
+def _os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return f"{where}a file is in the way; a directory was expected there"
+    return where + (exc.strerror or str(exc))
+
+
+def _drop_stdout() -> None:
+    # Python would report the broken pipe again when it flushes stdout at exit.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests)
+        pass
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -149,9 +169,9 @@ def _host_from_name(name: str) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     run = pipeline.compute(_intent(args), state_dir=args.state_dir)
-    sys.stdout.write(report.render(run.plan, args.format))
-    if args.out:
+    if args.out:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
+    sys.stdout.write(report.render(run.plan, args.format))
     return run.plan.exit_code()
 
 

@@ -73,11 +73,15 @@ class StateDir:
         except (OSError, ValueError) as exc:
             raise TargetError(f"{f}: unreadable apply record ({exc})",
                               hint="move it away to start over from the live files") from None
-        if doc.get("format") != RECORD_FORMAT or doc.get("configDir") != str(config_dir):
-            return None
-        return AppliedRecord(doc["configDir"], doc["files"],
-                             tuple((b["name"], tuple(b["nodes"])) for b in doc["blocks"]),
-                             doc["appliedAt"], doc["rackctlVersion"])
+        try:
+            if doc.get("format") != RECORD_FORMAT or doc.get("configDir") != str(config_dir):
+                return None
+            return AppliedRecord(doc["configDir"], dict(doc["files"]),
+                                 tuple((str(b["name"]), tuple(map(str, b["nodes"]))) for b in doc["blocks"]),
+                                 doc["appliedAt"], doc["rackctlVersion"])
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise TargetError(f"{f}: malformed apply record ({type(exc).__name__}: {exc})",
+                              hint="move it away to start over from the live files") from None
 
     def write_record(self, record: AppliedRecord) -> None:
         doc: dict[str, Any] = {

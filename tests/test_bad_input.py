@@ -301,3 +301,37 @@ def test_a_hostname_that_is_not_a_host_name(tmp_path):
     msg = assert_one_error(res)
     assert "a.txt: hostname: '../etc/passwd' is not allowed here; expected" in msg
     assert not (tmp_path / "out").exists()
+
+
+# ---- paths the user named that cannot be used -----------------------------------------------
+
+def test_a_malformed_apply_record(site):
+    assert rackctl("apply", "-f", "intent.yaml", "--state-dir", "state", "--auto-approve", "--no-reload",
+                   cwd=site).rc == 0
+    record = site / "state" / "bad-input" / "applied.json"
+    for text in ('{"format": 1, "configDir": "%s"}' % (site / "slurm"), "[1]", "not json"):
+        record.write_text(text)
+        for command in ("plan", "apply"):
+            check_fails(site, command, ["state/bad-input/applied.json: ", "apply record",
+                                        "hint: move it away to start over from the live files"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--state-dir", "state", "--out", "in-the-way/plan.json"],
+    ["apply", "--state-dir", "in-the-way", "--auto-approve"],
+])
+def test_a_file_where_a_directory_belongs(site, argv):
+    (site / "in-the-way").write_text("")
+    before = snapshot(site)
+    res = rackctl(argv[0], "-f", "intent.yaml", *argv[1:], cwd=site)
+    assert "in-the-way" in assert_one_error(res) and "a directory was expected there" in res.err
+    assert res.out == ""
+    assert snapshot(site) == before
+
+
+def test_inventory_out_dir_that_is_a_file(tmp_path):
+    (tmp_path / "a.txt").write_text(GOOD_CAPTURE)
+    (tmp_path / "out").write_text("")
+    res = rackctl("inventory", "a.txt", "--out-dir", "out", cwd=tmp_path)
+    assert assert_one_error(res) == "error: out: a file is in the way; a directory was expected there\n"
+    assert (tmp_path / "out").read_text() == ""

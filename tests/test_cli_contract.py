@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -135,6 +137,25 @@ def test_a_failing_command_still_writes_one_json_document(tmp_path, command):
     assert doc["format_version"] == "1"
     assert "intent.yaml" in doc["error"] and "'rack' was unexpected" in doc["error"]
     assert [d["severity"] for d in doc["diagnostics"]] == ["error"]
+
+
+def test_a_failing_out_file_still_leaves_one_json_document(tmp_path):
+    (tmp_path / "file").write_text("")
+    res = rackctl("plan", "-f", intent_of("two-racks-whole"), *target_args(config_dir_for("two-racks-whole", tmp_path),
+                  tmp_path / "state"), "--format", "json", "--out", tmp_path / "file" / "plan.json")
+    assert "a directory was expected there" in assert_one_error(res)
+    assert "error" in json.loads(res.out)
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path):
+    # `rackctl plan | head -1`: the reader goes away before the plan is written
+    proc = subprocess.Popen([sys.executable, "-m", "reconciler", "plan", "-f", intent_of("dc1-gb200"),
+                             *target_args(tmp_path / "cfg", tmp_path / "state")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert err == ""
 
 
 def test_error_diagnostics_make_plan_exit_1_with_the_plan_as_json(tmp_path):

@@ -1,0 +1,42 @@
+"""Every plan rackctl prints as JSON follows the published schemas/plan.schema.json."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from reconciler import schemas
+from reconciler.cli import main
+
+EXAMPLES = sorted(p.parent for p in (Path(__file__).resolve().parents[1] / "examples").glob("*/intent.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_example_plans_follow_the_plan_schema(example, tmp_path):
+    work = tmp_path / example.name
+    shutil.copytree(example, work)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["plan", "-f", str(work / "intent.yaml"), "--state-dir", str(tmp_path / "state"),
+                     "--format", "json"])
+    assert code == 2
+    doc = json.loads(out.getvalue())
+    assert schemas.first_error("plan", doc) is None
+    assert {c["action"] for c in doc["changes"]} == {"create"}
+
+
+def test_schema_rejects_an_unknown_action():
+    doc = {"format_version": "1", "rackctl_version": "0", "cluster": "c",
+           "target": {"kind": "slurm", "version": "24.11", "configDir": "d", "topologyFile": "t",
+                      "includeFile": "i"},
+           "summary": {"errors": 0, "warnings": 0, "drift": 0},
+           "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
+                        "reason": "r"}],
+           "drift": [], "node_states": [], "block_sizes": [18], "diagnostics": []}
+    err = schemas.first_error("plan", doc)
+    assert err is not None and list(err.absolute_path) == ["changes", 0, "action"]
