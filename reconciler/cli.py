@@ -28,6 +28,7 @@ EPILOG = """exit codes:
   plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure
   drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
+  a usage error (unknown or missing option) exits 1 on every command
 """
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
@@ -83,9 +84,9 @@ def _fail(args: argparse.Namespace, message: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rackctl", description="Declarative reconciler for rack-scale NVLink GPU "
-                                "clusters: intent -> discovered fabric -> Slurm topology/block.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _ArgumentParser(prog="rackctl", description="Declarative reconciler for rack-scale NVLink GPU "
+                        "clusters: intent -> discovered fabric -> Slurm topology/block.",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"rackctl {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -121,6 +122,15 @@ def _parser() -> argparse.ArgumentParser:
             c.add_argument("--out", metavar="PLANFILE", help="also write the JSON plan to this file")
         c.set_defaults(func=func)
     return p
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, which for ``plan``/``drift`` means "changes": a mistyped
+    flag in CI would read as a plan to review. Usage errors are errors: exit 1."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:

@@ -309,8 +309,9 @@ def _check_hosts_disjoint(intent: Intent) -> None:
                                           f"host {h} is selected by racks {owner[h]} and {r.name}; "
                                           "a host belongs to one rack")
             owner[h] = r.name
+        host_set = set(hosts)
         for name, hl in r.slicing.explicit:
-            stray = [h for h in hostlist.expand(hl) if h not in set(hosts)]
+            stray = [h for h in hostlist.expand(hl) if h not in host_set]
             if stray:
                 raise intent.source.error(("racks", r.index, "slicing", "slices", name),
                                           f"{stray[0]} is not one of rack {r.name}'s hosts ({r.select_value})")

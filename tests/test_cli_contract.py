@@ -4,6 +4,8 @@ document on stdout, --out files, the inventory converter and the confirmation ru
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -270,13 +272,43 @@ def test_inventory_host_name_from_log_suffix_and_from_hostname(fixtures_dir, tmp
 def test_inventory_needs_exactly_one_output(fixtures_dir, tmp_path):
     cap = fixtures_dir / "nvml" / "smi_q_fabric_gb200_unhealthy.txt"
     res = rackctl("inventory", cap, cwd=tmp_path)
-    assert res.rc == 2 and "one of the arguments --out-dir --out is required" in res.err  # argparse usage error
+    assert res.rc == 1 and "one of the arguments --out-dir --out is required" in res.err
     res = rackctl("inventory", cap, "--out", tmp_path / "x.json", "--out-dir", tmp_path / "d", cwd=tmp_path)
-    assert res.rc == 2 and "not allowed with argument" in res.err
+    assert res.rc == 1 and "not allowed with argument" in res.err
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("argv", [["plan", "--formt", "json"], ["plan"], ["drift", "-f", "x", "--format", "yaml"],
+                                  ["frobnicate"], []])
+def test_a_usage_error_exits_1_never_2(argv):
+    # 2 means "changes" for plan and drift; a mistyped flag in CI must not read as a plan to review
+    res = rackctl(*argv)
+    assert res.rc == 1, res
+    assert res.out == "" and res.err.startswith("usage: rackctl") and "error: " in res.err
+
+
 # ---- confirmation and --help ------------------------------------------------------------------
+
+@pytest.mark.parametrize("answer,rc", [("yes", 0), ("y", 1), ("no", 1)])
+def test_apply_on_a_terminal_asks_and_accepts_only_yes(tmp_path, answer, rc):
+    cfg, state = config_dir_for("two-racks-whole", tmp_path), tmp_path / "state"
+    before = snapshot(cfg)
+    master, slave = pty.openpty()
+    try:
+        os.write(master, answer.encode() + b"\n")
+        res = rackctl("apply", "-f", intent_of("two-racks-whole"), *target_args(cfg, state), "--no-reload",
+                      stdin=slave)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert res.rc == rc, res
+    assert "Apply these changes? Only 'yes' is accepted:" in res.out
+    if rc == 0:
+        assert sorted(p.name for p in cfg.iterdir()) == sorted(["slurm.conf", *MANAGED])
+    else:
+        assert res.err == "Apply cancelled; nothing written.\n", res
+        assert snapshot(cfg) == before
+
 
 def test_apply_without_auto_approve_and_no_tty_refuses(tmp_path):
     cfg = config_dir_for("two-racks-whole", tmp_path)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import __version__
+from reconciler import __version__, schemas
 from reconciler.cli import main
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -87,6 +87,7 @@ def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
     code_txt, plan_txt = _run(capsys, "plan", *common)
     assert code_txt == code
     doc = json.loads(plan_json)
+    assert schemas.first_error("plan", doc) is None, schemas.first_error("plan", doc)
     assert doc.pop("rackctl_version") == __version__
 
     before_apply = _snapshot(work / "slurm")
