@@ -363,10 +363,14 @@ def _check_block_sizes(intent: Intent) -> None:
     if len(sizes) > 1:
         by_size = {s: [r.name for r in intent.racks if r.slice_size == s] for s in sorted(sizes)}
         detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in by_size.items())
-        raise intent.source.error(("racks",), f"slices of different sizes ({detail}); Slurm "
-                                  f"{intent.slurm.version_text} has one BlockSizes for the whole cluster",
-                                  hint="use one slice size, or Slurm 25.05+ with topology.yaml "
-                                  "(separate topologies per slice size; not yet rendered by rackctl)")
+        if intent.slurm.version < (25, 5):
+            raise intent.source.error(("racks",), f"slices of different sizes ({detail}); Slurm "
+                                      f"{intent.slurm.version_text} has one BlockSizes for the whole cluster",
+                                      hint="use one slice size, or Slurm 25.05+ with topology.yaml")
+        raise intent.source.error(("racks",), f"slices of different sizes ({detail}); rackctl renders one "
+                                  "block topology with one BlockSizes",
+                                  hint="use one slice size (separate topology.yaml topologies per slice "
+                                  "size are not rendered yet)")
     if intent.max_job_span == "rack":
         counts = {r.slice_count for r in intent.racks}
         if len(counts) > 1 or any(c & (c - 1) for c in counts):

@@ -84,7 +84,9 @@ class Plan:
             counts[f"{c.kind}_{c.action}"] += 1
         counts = {k: v for k, v in counts.items() if v}
         counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
-        counts["warnings"] = sum(d.severity == WARNING for d in self.diagnostics)
+        # Drains are counted apart: they are listed under node states, not among the warnings.
+        counts["warnings"] = sum(d.severity == WARNING and d.code != "node-drain" for d in self.diagnostics)
+        counts["node_drains"] = len(self.node_states)
         counts["drift"] = len(self.drift)
         return counts
 

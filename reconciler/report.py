@@ -37,6 +37,8 @@ def summary_line(plan: Plan) -> str:
                          part("setting", "settings")) if p]
     head = "; ".join(parts) if parts else "No changes. The Slurm files match the intent"
     tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
+    if s["node_drains"]:
+        tail = f"{s['node_drains']} node(s) to drain, " + tail
     if s["drift"]:
         tail = f"{s['drift']} drifted file(s), " + tail
     return f"Plan: {head}. {tail}."

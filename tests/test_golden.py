@@ -1,6 +1,7 @@
 """Golden tests: whole runs of ``rackctl plan`` and ``rackctl apply`` on fixed inputs.
 
-One directory per scenario under ``tests/golden/<scenario>/``:
+One directory per scenario under ``tests/golden/<scenario>/``; ``example-<name>`` holds only
+``expected/`` and runs the bundled ``examples/<name>``:
 
 inputs
     ``intent.yaml`` (its leading comment draws the modelled topology), ``inventory.json`` or
@@ -38,7 +39,15 @@ from reconciler import __version__, schemas
 from reconciler.cli import main
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-SCENARIOS = sorted(p.name for p in GOLDEN.iterdir() if (p / "intent.yaml").is_file())
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SCENARIOS = sorted(p.name for p in GOLDEN.iterdir() if (p / "intent.yaml").is_file() or p.name.startswith("example-"))
+
+
+def _inputs(scenario: str) -> Path:
+    """``example-<name>`` scenarios run the bundled ``examples/<name>`` as users see it."""
+    if scenario.startswith("example-"):
+        return EXAMPLES / scenario.removeprefix("example-")
+    return GOLDEN / scenario
 UPDATE = os.environ.get("RACKCTL_UPDATE_GOLDEN") == "1"
 PLAN_FILES = ("plan.json", "plan.txt", "exit_code")
 
@@ -72,12 +81,13 @@ def _run_steps(work: Path, common: list[str], capsys) -> None:
 
 def test_scenarios_exist():
     assert len(SCENARIOS) >= 20, SCENARIOS
+    assert {f"example-{p.parent.name}" for p in EXAMPLES.glob("*/intent.yaml")} <= set(SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
     work = tmp_path / "work"
-    shutil.copytree(GOLDEN / scenario, work, ignore=shutil.ignore_patterns("expected"))
+    shutil.copytree(_inputs(scenario), work, ignore=shutil.ignore_patterns("expected"))
     expected = GOLDEN / scenario / "expected"
     monkeypatch.chdir(work)
     common = ["-f", "intent.yaml", "--state-dir", str(tmp_path / "state")]

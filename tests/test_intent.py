@@ -130,8 +130,19 @@ def test_mixed_slice_sizes_on_24_11(load):
         targets: {slurm: {version: "24.11"}}
         """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02, r03; 18 trays: r01); "
                  "Slurm 24.11 has one BlockSizes for the whole cluster\n"
-                 "  hint: use one slice size, or Slurm 25.05+ with topology.yaml (separate topologies per "
-                 "slice size; not yet rendered by rackctl)")
+                 "  hint: use one slice size, or Slurm 25.05+ with topology.yaml")
+
+
+def test_mixed_slice_sizes_on_25_05_topology_yaml(load):
+    assert error(load, """\
+        racks:
+          - {name: r01, select: {hosts: "a[01-18]"}}
+          - {name: r02, select: {hosts: "b[01-18]"}, slicing: {mode: equal, count: 2}}
+        targets: {slurm: {version: "25.05", topologyFile: topology.yaml}}
+        """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02; 18 trays: r01); rackctl "
+                 "renders one block topology with one BlockSizes\n"
+                 "  hint: use one slice size (separate topology.yaml topologies per slice size are not "
+                 "rendered yet)")
 
 
 def test_max_job_span_rack_needs_equal_slice_counts(load):

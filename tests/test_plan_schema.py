@@ -34,7 +34,7 @@ def test_schema_rejects_an_unknown_action():
     doc = {"format_version": "1", "rackctl_version": "0", "cluster": "c",
            "target": {"kind": "slurm", "version": "24.11", "configDir": "d", "topologyFile": "t",
                       "includeFile": "i"},
-           "summary": {"errors": 0, "warnings": 0, "drift": 0},
+           "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},
            "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
                         "reason": "r"}],
            "drift": [], "node_states": [], "block_sizes": [18], "diagnostics": []}

@@ -270,12 +270,13 @@ def test_json_plan_vocabulary(site: Site) -> None:
             assert d["cause"] == "drift"
         for d in doc["diagnostics"]:
             assert d["severity"] in SEVERITIES and d["code"] and isinstance(d["hardware"], bool)
-        summary = {k: v for k, v in doc["summary"].items() if k not in ("errors", "warnings", "drift")}
+        summary = {k: v for k, v in doc["summary"].items() if k not in ("errors", "warnings", "drift", "node_drains")}
         counted: dict[str, int] = {}
         for c in doc["changes"]:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
         assert doc["summary"]["drift"] == len(doc["drift"])
+        assert doc["summary"]["node_drains"] == len(doc["node_states"])
     assert kinds_seen == {"file", "block", "partition", "setting"}
     assert actions_seen == {"create", "update", "delete", "move"}
     assert causes_seen == {"intent", "drift"}
