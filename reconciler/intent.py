@@ -7,6 +7,7 @@ Slurm 24.11), and returns a frozen ``Intent``. Every error names the file, line 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,12 @@ class Intent:
     source: SourceMap
 
     def rack(self, name: str) -> Rack | None:
-        return next((r for r in self.racks if r.name == name), None)
+        """The rack named ``name``, or None."""
+        return self._racks_by_name.get(name)
+
+    @functools.cached_property
+    def _racks_by_name(self) -> dict[str, Rack]:
+        return {r.name: r for r in self.racks}
 
 
 def load_intent(path: str | Path) -> Intent:
