@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -14,11 +16,11 @@ def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
     ``default_mode``. Raises ``OSError`` on failure, leaving ``path`` untouched.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    st = check_target(path)
     try:
-        st = path.stat()
-    except FileNotFoundError:
-        st = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file the user asked for, not the temp file beside it
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -35,6 +37,25 @@ def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def check_target(path: Path) -> os.stat_result | None:
+    """The stat of what ``path`` names now (None: nothing there yet).
+
+    Raises ``OSError`` naming ``path`` when it is not a regular file: renaming over a directory
+    fails with a temp file's name, and renaming over ``/dev/stdout`` or a FIFO would replace the
+    device or pipe with a plain file.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "a directory is in the way; a file was expected", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a device, FIFO or socket); expected a file path",
+                      str(path))
+    return st
 
 
 def _fsync_dir(folder: Path) -> None:

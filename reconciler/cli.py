@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, pipeline, report, schemas
+from . import __version__, hostlist, pipeline, report, schemas
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import block_sizes, load_intent
@@ -151,6 +151,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
+    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir)):
+        if value == "":
+            raise InputError("an empty path; expected a file or folder name", field=flag)
     if args.hostname and len(args.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
     nodes, seen = [], {}
@@ -163,9 +166,13 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
         node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
         schemas.check("node-report", node, file=cap)
+        try:
+            hostlist.natural_key(host)  # a name Slurm's hostlists can hold
+        except InputError as exc:
+            raise InputError(exc.message, file=cap, field="hostname") from None
         nodes.append(node)
-    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir else None,
-                              out_file=Path(args.out) if args.out else None)
+    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                              out_file=Path(args.out) if args.out is not None else None)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return EXIT_OK
 
@@ -178,8 +185,10 @@ def _host_from_name(name: str) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.out == "":
+        raise InputError("an empty path; expected a file name", field="--out")
     run = pipeline.compute(_intent(args), state_dir=args.state_dir)
-    if args.out:  # first: if it fails, stdout still holds only the error (one JSON document)
+    if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
     return run.plan.exit_code()
@@ -187,7 +196,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     run = pipeline.compute(_intent(args), state_dir=args.state_dir)
-    sys.stdout.write(report.render(run.plan, args.format))
+    sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
 

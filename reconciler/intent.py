@@ -8,6 +8,7 @@ Slurm 24.11), and returns a frozen ``Intent``. Every error names the file, line 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,9 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
     default_trays = defaults.get("trays", DEFAULT_TRAYS)
     default_slicing = defaults.get("slicing", {"mode": "whole"})
     health = defaults.get("health", {})
+    if not math.isfinite(health.get("minHealthyShare", 0)):  # YAML .nan passes every min/max test
+        raise smap.error(("defaults", "health", "minHealthyShare"),
+                         f"{health['minHealthyShare']} is not a number; expected a share from 0 to 1")
     tiers_data = data.get("tiers", [])
 
     racks: list[Rack] = []
@@ -175,11 +179,14 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
                              f"(first at racks[{seen_racks[r['name']]}])")
         seen_racks[r["name"]] = i
         kind, value = next(iter(r["select"].items()))
+        trays = r.get("trays", default_trays)
         if kind == "hosts":
-            _expand(smap, where + ("select", "hosts"), value)
+            hosts = _expand(smap, where + ("select", "hosts"), value)
+            if len(hosts) > trays:  # at once: thirty racks of a million hosts each take minutes
+                raise smap.error(where + ("select", "hosts"), f"rack {r['name']} selects {len(hosts)} hosts; "
+                                 f"it has {trays} trays")
         if kind == "clusterUUID":
             value = value.lower()
-        trays = r.get("trays", default_trays)
         slicing_data = r.get("slicing", default_slicing)
         slicing_path = where + ("slicing",) if "slicing" in r else ("defaults", "slicing")
         slicing = _slicing(r["name"], slicing_data, trays, tiers_data, smap, slicing_path)
@@ -201,6 +208,9 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
                          hint="use topologyFile: topology.conf for Slurm 24.11")
     if slurm.topology_file == slurm.include_file:
         raise smap.error(("targets", "slurm", "includeFile"), "includeFile must differ from topologyFile")
+    if slurm.include_file == "slurm.conf":
+        raise smap.error(("targets", "slurm", "includeFile"), "slurm.conf is the site's file and rackctl never "
+                         "writes it; expected the name of a file that slurm.conf includes, e.g. rackctl.conf")
 
     inv = data.get("inventory")
     intent = Intent(
@@ -233,6 +243,9 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
         sizes = set()
         for name, hl in explicit:
             hosts = _expand(smap, where + ("slices", name), hl)
+            if len(owner) + len(hosts) > trays:  # checked slice by slice: each may name a million hosts
+                raise smap.error(where + ("slices",), f"explicit slices of rack {rack} hold more than {trays} "
+                                 f"trays (slice {name!r} names {len(hosts)}); the rack has {trays}")
             sizes.add(len(hosts))
             for h in hosts:
                 if h in owner and owner[h] != name:
@@ -321,6 +334,16 @@ def _check_hosts_disjoint(intent: Intent) -> None:
             if stray:
                 raise intent.source.error(("racks", r.index, "slicing", "slices", name),
                                           f"{stray[0]} is not one of rack {r.name}'s hosts ({r.select_value})")
+    # The explicit slices of a rack found by chassis serial or cluster UUID name its hosts too.
+    for r in intent.racks:
+        if r.select_kind == "hosts":
+            continue
+        for name, hl in r.slicing.explicit:
+            for h in hostlist.expand(hl):
+                if owner.setdefault(h, r.name) != r.name:
+                    raise intent.source.error(("racks", r.index, "slicing", "slices", name),
+                                              f"host {h} is in rack {owner[h]} and in slice {name!r} of rack "
+                                              f"{r.name}; a host belongs to one rack")
 
 
 def _check_tier_references(intent: Intent) -> None:
@@ -341,8 +364,10 @@ def _check_tier_references(intent: Intent) -> None:
                 continue
             names = rack.declared_slice_names() or []
             if ref not in names:
+                whole = " (a rack sliced whole has one slice, named by the rack name alone)" \
+                    if rack.slicing.mode == "whole" else ""
                 raise intent.source.error(where, f"rack {rack_name} has no slice {sub!r}; its slices "
-                                          f"are {', '.join(names)}")
+                                          f"are {', '.join(names)}{whole}")
 
 
 def block_sizes(intent: Intent) -> list[int]:
@@ -372,7 +397,8 @@ def _check_block_sizes(intent: Intent) -> None:
         if intent.slurm.version < (25, 5):
             raise intent.source.error(("racks",), f"slices of different sizes ({detail}); Slurm "
                                       f"{intent.slurm.version_text} has one BlockSizes for the whole cluster",
-                                      hint="use one slice size, or Slurm 25.05+ with topology.yaml")
+                                      hint="use one slice size in every rack (Slurm 25.05+ could hold several sizes as separate "
+                                      "topologies in topology.yaml; rackctl does not render that yet)")
         raise intent.source.error(("racks",), f"slices of different sizes ({detail}); rackctl renders one "
                                   "block topology with one BlockSizes",
                                   hint="use one slice size (separate topology.yaml topologies per slice "

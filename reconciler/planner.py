@@ -327,6 +327,8 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
 
     blocks: list[Block] = []
     seen: dict[str, str] = {}
+    host_block: dict[str, str] = {}
+    clashes: dict[tuple[str, str], list[str]] = {}
     for rack in sorted(intent.racks, key=rack_key):
         ordered = sorted(enumerate(slices[rack.name]),
                          key=lambda p: (hist_index.get(block_name(p[1][0]), big), p[0]))
@@ -339,7 +341,17 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
                                         f"render block {bname}", sname))
                 continue
             seen[bname] = sname
+            # Slurm silently accepts a node in two blocks (an explicit slice can name a tray that
+            # another rack's selector found): a tray belongs to exactly one slice.
+            for h in members:
+                if h in host_block:
+                    clashes.setdefault((host_block[h], sname), []).append(h)
+                else:
+                    host_block[h] = sname
             blocks.append(Block(bname, sname, rack.name, tuple(sorted(members, key=hostlist.natural_key))))
+    for (first, second), hosts in clashes.items():
+        diags.append(Diagnostic(ERROR, "host-two-slices", f"{hostlist.compress(hosts)}: in slices {first} and "
+                                f"{second}; a tray belongs to exactly one slice", second))
     for i, b in enumerate(blocks):
         old = hist_index.get(b.name)
         if old is not None and old != i:

@@ -11,13 +11,14 @@ from .plan import Plan
 _MARK = {"create": "+", "update": "~", "delete": "-", "move": "~"}
 
 
-def render(plan: Plan, fmt: str) -> str:
-    """``fmt``: text | json | markdown. JSON is one document with a trailing newline."""
+def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
+    """``fmt``: text | json | markdown. JSON is one document with a trailing newline.
+    ``command`` (plan | drift) names the report in the human views."""
     if fmt == "json":
         return json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n"
     if fmt == "markdown":
-        return _markdown(plan)
-    return _text(plan)
+        return _markdown(plan, command)
+    return _text(plan, command)
 
 
 def summary_line(plan: Plan) -> str:
@@ -44,9 +45,9 @@ def summary_line(plan: Plan) -> str:
     return f"Plan: {head}. {tail}."
 
 
-def _text(plan: Plan) -> str:
+def _text(plan: Plan, command: str) -> str:
     t = plan.target
-    out = [f"rackctl plan for cluster {plan.cluster} (Slurm {t['version']}, config dir {t['configDir']})", ""]
+    out = [f"rackctl {command} for cluster {plan.cluster} (Slurm {t['version']}, config dir {t['configDir']})", ""]
     if plan.drift:
         out.append("Drift (changed outside rackctl since the last apply):")
         out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
@@ -73,9 +74,9 @@ def _text(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def _markdown(plan: Plan) -> str:
+def _markdown(plan: Plan, command: str) -> str:
     t = plan.target
-    out = [f"### rackctl plan: `{plan.cluster}`", "",
+    out = [f"### rackctl {command}: `{plan.cluster}`", "",
            f"Slurm {t['version']}, config dir `{t['configDir']}`", "", f"**{summary_line(plan)}**", ""]
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +37,34 @@ def validator(name: str) -> jsonschema.protocols.Validator:
     schema = _load(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema, registry=_registry())
+    return _strict(cls)(schema, registry=_registry())
+
+
+@functools.lru_cache(maxsize=None)
+def _strict(cls):
+    """``cls`` with two rules tightened to match fastjsonschema and what rackctl can use:
+
+    - ``integer`` is an int, never a float: JSON Schema lets ``18.0`` pass, and it would render
+      as ``BlockSizes=18.0`` or a clique ID ``2.0``;
+    - a pattern's final ``$`` matches only at the very end, as in ECMA 262 (Python's ``$`` also
+      matches before a final newline, which would let ``"gb200\\n"`` break a Slurm line).
+    """
+    def is_integer(checker, instance):
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def pattern(validator, patrn, instance, schema):
+        if validator.is_type(instance, "string") and not _anchored(patrn).search(instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    checker = cls.TYPE_CHECKER.redefine("integer", is_integer)
+    return jsonschema.validators.extend(cls, {"pattern": pattern}, type_checker=checker)
+
+
+@functools.lru_cache(maxsize=None)
+def _anchored(patrn: str) -> re.Pattern:
+    if patrn.endswith("$") and not patrn.endswith("\\$"):
+        patrn = patrn[:-1] + "\\Z"
+    return re.compile(patrn)
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -65,20 +93,32 @@ def _local_ref(uri: str) -> dict[str, Any]:
     return _load(uri.rsplit("/", 1)[-1].removesuffix(".schema.json"))
 
 
-def first_error(name: str, data: Any) -> jsonschema.ValidationError | None:
+def first_error(name: str, data: Any, *, floats: bool = True) -> jsonschema.ValidationError | None:
     """The most relevant schema violation of ``data`` against schema ``name``, or None.
 
     Beyond jsonschema's ``best_match``: an unknown key beats a missing one at the same place
     (``rack:`` for ``racks:`` is a typo, not a missing field), and a failed ``oneOf``/``anyOf``
     is explained by the alternative that came closest (fewest violations) rather than by the
     whole instance.
+
+    ``floats=False`` says that ``data`` holds no float (JSON read without one), which skips the
+    search for floats standing in for integers (``18.0``) that fastjsonschema lets through.
     """
     try:
         _fast(name)(data)
-        return None
-    except fastjsonschema.JsonSchemaException:
-        pass  # explain it with jsonschema, the reference implementation
+        if not (floats and _has_float(data)):
+            return None
+        fast_error = None
+    except fastjsonschema.JsonSchemaValueException as exc:
+        fast_error = exc  # explain it with jsonschema, the reference implementation
     errors = list(validator(name).iter_errors(data))
+    if not errors and fast_error is not None:
+        # The two validators disagree: trust the stricter one, in its own words.
+        definition = fast_error.definition if isinstance(fast_error.definition, dict) else {}
+        errors = [jsonschema.ValidationError(
+            fast_error.message.replace("data", "value", 1), validator=fast_error.rule,
+            path=list(fast_error.path or [])[1:], instance=fast_error.value, schema=definition,
+            validator_value=definition.get(fast_error.rule))]
     best = jsonschema.exceptions.best_match(errors)
     while best is not None and best.validator in ("oneOf", "anyOf") and best.context:
         branches: dict[Any, list[jsonschema.ValidationError]] = {}
@@ -95,13 +135,13 @@ def first_error(name: str, data: Any) -> jsonschema.ValidationError | None:
 
 
 def check(name: str, data: Any, *, locate: Callable[[tuple, str], InputError] | None = None,
-          file: str | None = None, prefix: tuple = ()) -> None:
+          file: str | None = None, prefix: tuple = (), floats: bool = True) -> None:
     """Validate ``data`` against schema ``name``; raise one ``InputError`` for the first violation.
 
     ``locate(path, message)`` builds the error (so YAML callers can add the line); otherwise the
     error names ``file`` and the field path, prefixed by ``prefix`` (the value's place in its file).
     """
-    err = first_error(name, data)
+    err = first_error(name, data, floats=floats)
     if err is None:
         return
     path = prefix + tuple(err.absolute_path)
@@ -113,6 +153,17 @@ def check(name: str, data: Any, *, locate: Callable[[tuple, str], InputError] | 
         raise locate(path, message)
     from .yamlsource import format_path  # local: keeps this module free of YAML concerns
     raise InputError(message, file=file, field=format_path(path) or None)
+
+
+def _has_float(data: Any) -> bool:
+    kind = type(data)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(_has_float(v) for v in data.values())
+    if kind is list:
+        return any(_has_float(v) for v in data)
+    return False
 
 
 def describe(err: jsonschema.ValidationError) -> str:

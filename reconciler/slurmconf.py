@@ -6,7 +6,7 @@ keys are case-insensitive, values may be double-quoted, and ``Include FILE`` lin
 
 from __future__ import annotations
 
-import shlex
+import re
 from dataclasses import dataclass
 
 
@@ -56,9 +56,8 @@ def parse(text: str) -> list[Line]:
         if first.lower() == "include" and rest.strip():
             out.append(Line(start, (), include=rest.strip()))
             continue
-        try:
-            tokens = shlex.split(line, posix=True)
-        except ValueError:  # an unbalanced quote: fall back to plain whitespace split
+        tokens = split_words(line)
+        if tokens is None:  # an unbalanced quote: fall back to plain whitespace split
             tokens = line.split()
         pairs = tuple((k, v) for k, _, v in (t.partition("=") for t in tokens))
         out.append(Line(start, pairs))
@@ -75,3 +74,35 @@ def _strip_comment(raw: str) -> str:
             i += 1
             continue
         return raw[:i].rstrip()
+
+
+# One piece of a word, as ``shlex.split(posix=True)`` reads it: bare characters, a "double"
+# quoted run (backslash escapes only \\ and \"), a 'single' quoted run, a backslash escape;
+# or whitespace between words; or a quote that never closes (group "bad").
+_PIECES = re.compile(r"""(?P<bare>[^ \t\r\n'"\\]+)|"(?P<dq>(?:[^"\\]|\\[\s\S])*)"|'(?P<sq>[^']*)'"""
+                     r"""|\\(?P<esc>[\s\S])|(?P<space>[ \t\r\n]+)|(?P<bad>[\s\S])""")
+_DQ_ESCAPE = re.compile(r'\\([\\"])')
+
+
+def split_words(line: str) -> list[str] | None:
+    """``shlex.split(line)`` in linear time (shlex builds each token a character at a time, which
+    is quadratic on a long line); None where shlex would raise (an unclosed quote, a final
+    backslash)."""
+    words: list[str] = []
+    word: list[str] | None = None
+    for m in _PIECES.finditer(line):
+        kind = m.lastgroup
+        if kind == "space":
+            if word is not None:
+                words.append("".join(word))
+            word = None
+            continue
+        if kind == "bad":
+            return None
+        piece = m.group(kind)
+        if kind == "dq":
+            piece = _DQ_ESCAPE.sub(r"\1", piece)
+        (word if word is not None else (word := [])).append(piece)
+    if word is not None:
+        words.append("".join(word))
+    return words

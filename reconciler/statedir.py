@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .atomicfile import atomic_write
-from .errors import TargetError
+from . import hostlist
+from .errors import InputError, TargetError
+from .yamlsource import read_bytes_capped
 
 RECORD_FORMAT = 1
 KEEP_BACKUPS = 10
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def default_state_dir() -> Path:
@@ -66,22 +69,36 @@ class StateDir:
         Raises ``TargetError`` when the record exists but cannot be read.
         """
         f = self.path / "applied.json"
+        hint = "move it away to start over from the live files"
+
+        def unreadable(why: str) -> TargetError:
+            return TargetError(f"{f}: unreadable apply record ({why})", hint=hint)
+
         try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise TargetError(f"{f}: unreadable apply record ({exc})",
-                              hint="move it away to start over from the live files") from None
+            raw = read_bytes_capped(f, what="apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable)
+            if raw is None:
+                return None
+            doc = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise unreadable("nested too deeply") from None
+        except ValueError as exc:  # not UTF-8, not JSON, a number too long to read
+            raise unreadable(str(exc)) from None
         try:
             if doc.get("format") != RECORD_FORMAT or doc.get("configDir") != str(config_dir):
                 return None
-            return AppliedRecord(doc["configDir"], dict(doc["files"]),
-                                 tuple((str(b["name"]), tuple(map(str, b["nodes"]))) for b in doc["blocks"]),
-                                 doc["appliedAt"], doc["rackctlVersion"])
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise TargetError(f"{f}: malformed apply record ({type(exc).__name__}: {exc})",
-                              hint="move it away to start over from the live files") from None
+            for b in doc["blocks"]:
+                # Only rackctl writes this file: block names are text, nodes host names (never a
+                # bare string, whose letters would each become a "host").
+                if not isinstance(b["name"], str) or not isinstance(b["nodes"], list):
+                    raise TypeError("a block needs a text name and a list of nodes")
+                for h in b["nodes"]:
+                    hostlist.natural_key(h)  # raises InputError for anything but a host name
+            blocks = tuple((b["name"], tuple(b["nodes"])) for b in doc["blocks"])
+            return AppliedRecord(doc["configDir"], dict(doc["files"]), blocks, doc["appliedAt"],
+                                 doc["rackctlVersion"])
+        except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:
+            why = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+            raise TargetError(f"{f}: malformed apply record ({why})", hint=hint) from None
 
     def write_record(self, record: AppliedRecord) -> None:
         doc: dict[str, Any] = {

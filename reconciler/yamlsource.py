@@ -7,6 +7,7 @@ path (``("racks", 2, "select")``) to its 1-based line. Only ``yaml.SafeLoader`` 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from .errors import InputError
 MAX_YAML_BYTES = 8 * 1024 * 1024
 #: Most YAML nodes visited while mapping lines; stops alias-expansion ("billion laughs") bombs.
 MAX_YAML_NODES = 200_000
+#: Longest integer literal accepted (Python converts at most 4300 digits; no field needs more).
+MAX_INT_CHARS = 100
 
 Path_ = tuple[Any, ...]
 
@@ -57,30 +60,64 @@ def format_path(path: Path_) -> str:
 
 
 def read_text(path: Path, *, what: str, max_bytes: int) -> str:
-    """Read a UTF-8 text file with a size cap.
+    """Read a UTF-8 text file with a size cap (a leading byte order mark is dropped).
 
-    Raises ``InputError`` when the file is missing, unreadable, larger than ``max_bytes``,
-    not UTF-8, or holds NUL bytes (binary junk).
+    Raises ``InputError`` when the file is missing, unreadable, not a regular file (a FIFO or
+    device would block or never end), larger than ``max_bytes``, not UTF-8, or holds NUL bytes
+    (binary junk).
     """
     name = display_path(path)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise InputError(f"{what} is {size} bytes; at most {max_bytes} expected", file=name)
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{what} not found", file=name) from None
-    except IsADirectoryError:
-        raise InputError(f"{what} is a directory; a file was expected", file=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror}", file=name) from None
+    if str(path) == "-" and not path.exists():
+        raise InputError(f"{what} '-': reading standard input is not supported; expected a file path")
+    raw = read_bytes_capped(path, what=what, max_bytes=max_bytes, error=lambda m: InputError(m, file=name))
+    if raw is None:
+        raise InputError(f"{what} not found", file=name)
     if b"\0" in raw:
         raise InputError(f"{what} holds binary data (NUL bytes); UTF-8 text was expected", file=name)
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", file=name, line=line) from None
+
+
+def read_bytes_capped(path: Path, *, what: str, max_bytes: int, error) -> bytes | None:
+    """The bytes of the regular file ``path`` (following symlinks), or None when it is absent.
+
+    Reads at most ``max_bytes`` (a file growing under us cannot exhaust memory). Anything else
+    becomes ``error(message)``: a directory, a FIFO, device or socket (reading one would block or
+    never end), a file that is too large, or an I/O error.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise error(f"{what} is a directory; a file was expected") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise error(f"cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{what} is a directory; a file was expected")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is not a regular file (a FIFO, device or socket); a file was expected")
+        if st.st_size > max_bytes:
+            raise error(f"{what} is {st.st_size} bytes; at most {max_bytes} expected")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise error(f"{what} is more than {max_bytes} bytes; at most {max_bytes} expected")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def display_path(path: Path) -> str:
@@ -99,8 +136,12 @@ def load_yaml(path: Path, *, what: str = "YAML file") -> tuple[Any, SourceMap]:
     documents in one file, and documents too large or alias-heavy to expand.
     """
     text = read_text(path, what=what, max_bytes=MAX_YAML_BYTES)
-    name = display_path(path)
-    loader = yaml.SafeLoader(text)
+    return load_yaml_text(text, name=display_path(path), what=what)
+
+
+def load_yaml_text(text: str, *, name: str, what: str = "YAML file") -> tuple[Any, SourceMap]:
+    """``load_yaml`` for text already read; ``name`` is the file name errors give."""
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         smap = SourceMap(name)
@@ -111,7 +152,9 @@ def load_yaml(path: Path, *, what: str = "YAML file") -> tuple[Any, SourceMap]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = exc.problem or exc.context or "invalid YAML"
-        raise InputError(f"invalid YAML: {problem}", file=name, line=line) from None
+        raise InputError(f"invalid YAML: {problem}", file=name, line=line,
+                         hint="check the indentation, quotes and brackets on this line and the one "
+                         "before it") from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", file=name) from None
     except _TooManyNodes:
@@ -128,11 +171,34 @@ class _TooManyNodes(Exception):
     pass
 
 
+class _Loader(yaml.SafeLoader):
+    """``SafeLoader`` whose value errors name the line: PyYAML lets a malformed tagged or
+    implicit scalar (``2026-02-30``, ``!!int abc``) escape as a bare ``ValueError``."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            tag = node.tag.rsplit(":", 1)[-1]
+            value = node.value if isinstance(node.value, str) else ""
+            quoted = repr(value if len(value) <= 60 else value[:60] + "...")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {quoted} as a YAML {tag}: {exc}", node.start_mark) from None
+
+
 def _map_lines(node: yaml.Node, path: Path_, lines: dict[Path_, int], count: list[int]) -> None:
     count[0] += 1
     if count[0] > MAX_YAML_NODES:
         raise _TooManyNodes()
     lines[path] = node.start_mark.line + 1
+    if (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:int"
+            and len(node.value) > MAX_INT_CHARS):
+        # Python refuses to convert such a number (ValueError deep inside PyYAML).
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number with {len(node.value)} digits; expected at most {MAX_INT_CHARS}",
+            node.start_mark)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:

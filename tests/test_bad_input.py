@@ -5,6 +5,7 @@ and says what was expected, print no traceback, and write nothing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -130,6 +131,48 @@ INTENT_CASES = {
     "mixed-slice-sizes-on-24.11": (sub(A02, A02[:-1] + ", slicing: {mode: equal, count: 2}}"),
                                    ["intent.yaml:8: racks: slices of different sizes (9 trays: a02; 18 trays: "
                                     "a01); Slurm 24.11 has one BlockSizes for the whole cluster"]),
+    # JSON Schema counts 18.0 as an integer; it rendered `BlockSizes=18.0,36.0` (fatal to slurmctld)
+    "float-trays": (sub("trays: 18", "trays: 18.0"),
+                    ["intent.yaml:6: defaults.trays: 18.0 is not of type 'integer'"]),
+    "float-count": (sub("{mode: whole}", "{mode: equal, count: 2.0}"),
+                    ["intent.yaml:7: defaults.slicing.count: 2.0 is not of type 'integer'"]),
+    "float-priorityTier": (sub("default: true}", "default: true, priorityTier: 10.0}"),
+                           ["intent.yaml:14: tiers[0].slurm.priorityTier: 10.0 is not of type 'integer'"]),
+    "huge-integer": (sub("trays: 18", "trays: 1" + "0" * 5000),
+                     ["intent.yaml:6: invalid YAML: a number with 5001 digits; expected at most 100"]),
+    "impossible-date": (sub('maxTime: "2-00:00:00"', "maxTime: 2026-02-30"),
+                        ["intent.yaml:14: invalid YAML: cannot read '2026-02-30' as a YAML timestamp: day is "
+                         "out of range for month"]),
+    "bad-explicit-int-tag": (sub("trays: 18", "trays: !!int eighteen"),
+                             ["intent.yaml:6: invalid YAML: cannot read 'eighteen' as a YAML int"]),
+    # Python's `$` also matches before a final newline: "gb200\n" broke the PartitionName= line
+    "partition-trailing-newline": (sub("partition: gb200", 'partition: "gb200\\n"'),
+                                   ["intent.yaml:14: tiers[0].slurm.partition: 'gb200\\n' is not allowed here; "
+                                    "expected a Slurm name"]),
+    "rack-name-trailing-newline": (sub("name: a01,", 'name: "a01\\n",'),
+                                   ["intent.yaml:9: racks[0].name: 'a01\\n' is not allowed here; expected letters"]),
+    "metadata-name-trailing-newline": (sub("name: bad-input}", 'name: "bad-input\\n"}'),
+                                       ["intent.yaml:3: metadata.name: 'bad-input\\n' is not allowed here"]),
+    "nan-minHealthyShare": (sub("  trays: 18\n", "  trays: 18\n  health: {minHealthyShare: .nan}\n"),
+                            ["intent.yaml:7: defaults.health.minHealthyShare: nan is not a number; expected a "
+                             "share from 0 to 1"]),
+    "includeFile-is-slurm.conf": (sub("includeFile: rackctl.conf", "includeFile: slurm.conf"),
+                                  ["intent.yaml:17: targets.slurm.includeFile: slurm.conf is the site's file and "
+                                   "rackctl never writes it"]),
+    "explicit-slice-names-another-racks-host": (
+        sub(A02, '{name: a02, select: {chassisSerial: "1823825185002"}, slicing: {mode: explicit, '
+                 'slices: {x: "gb-a01-n[01-18]"}}}'),
+        ["intent.yaml:10: racks[1].slicing.slices.x: host gb-a01-n01 is in rack a01 and in slice 'x' of rack "
+         "a02; a host belongs to one rack"]),
+    # each slice names a million hosts: refused at the first, not after expanding thirty
+    "explicit-slices-of-a-million-hosts": (
+        sub(A01, '{name: a01, select: {hosts: "gb-a01-n[01-18]"}, slicing: {mode: explicit, slices: {'
+                 + ", ".join(f'x{i}: "x{i}-n[0-999999]"' for i in range(30)) + "}}}"),
+        ["intent.yaml:9: racks[0].slicing.slices: explicit slices of rack a01 hold more than 18 trays "
+         "(slice 'x0' names 1000000); the rack has 18"]),
+    "whole-rack-named-as-its-own-slice": (sub("[a01, a02]", "[a01/a01, a02]"),
+                                          ["tiers[0].slices[0]: rack a01 has no slice 'a01'; its slices are a01 "
+                                           "(a rack sliced whole has one slice, named by the rack name alone)"]),
 }
 
 
@@ -338,3 +381,160 @@ def test_inventory_out_dir_that_is_a_file(tmp_path):
     res = rackctl("inventory", "a.txt", "--out-dir", "out", cwd=tmp_path)
     assert assert_one_error(res) == "error: out: a file is in the way; a directory was expected there\n"
     assert (tmp_path / "out").read_text() == ""
+
+
+# ---- values that are not what they look like, and files that never end ----------------------
+
+def _set_on_gpu(field: str, value: object):
+    def change(doc: dict) -> None:
+        doc["nodes"][0]["gpus"][1]["fabric"][field] = value
+    return change
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    # healthMask 4522.0 was an internal error (float >> int); cliqueId 32766.0 a clique of its own
+    ("healthMask", 4522.0, "nodes[0].gpus[1].fabric.healthMask: 4522.0 is not of type 'integer', 'null'"),
+    ("cliqueId", 32766.0, "nodes[0].gpus[1].fabric.cliqueId: 32766.0 is not of type 'integer', 'null'"),
+    ("clusterUuid", "3f2a9c1e-5b7d-4e8a-9c0f-1a2b3c4d5e01\n",
+     "nodes[0].gpus[1].fabric.clusterUuid: '3f2a9c1e-5b7d-4e8a-9c0f-1a2b3c4d5e01\\n' is not allowed here"),
+])
+def test_inventory_values_that_only_look_right(site, field, value, expected):
+    edit_inventory(site, _set_on_gpu(field, value))
+    check_fails(site, "plan", [f"inventory.json: {expected}"])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[]", 'inventory.json: expected a JSON object (one NodeReport, or {"schemaVersion": 1, "nodes": [...]}), '
+           "got an array"),
+    ("null", "inventory.json: expected a JSON object"),
+    ('{"schemaVersion": 1, "nodes": [null]}', "inventory.json: nodes[0]: expected a NodeReport object, got null"),
+    ('{"schemaVersion": 1, "nodes": ' + "[" * 100000 + "]" * 100000 + "}",
+     "inventory.json: invalid JSON: nested too deeply; expected NodeReports"),
+    ('{"schemaVersion": 1,\n "nodes": [{"hostname": "x", "gpus": [{"index": ' + "9" * 5000 + "}]}]}",
+     "inventory.json:2: invalid JSON: a number too long to read"),
+    ('{"schemaVersion": 1, "nodes": [{"hostname": "gb-a01-n01", "hostname": "gb-a01-n02"}]}',
+     "inventory.json: invalid JSON: duplicate key 'hostname' in one object (the NodeReport of gb-a01-n02)"),
+    ('{"schemaVersion": 1, "nodes": [{"hostname": "gb-a01-n01", "gpus": [{"index": 0}, {"index": 0}]}]}',
+     "inventory.json: nodes[0]: gpus[1].index: GPU index 0 appears twice (also gpus[0]); expected one entry "
+     "per GPU"),
+    ('{"schemaVersion": 1, "nodes": [{"hostname": "n99999999999999999999999"}]}',
+     "inventory.json: nodes[0]: hostname: host name 'n99999999999999999999999' ends in a number over"),
+])
+def test_inventory_documents_of_the_wrong_shape(site, text, expected):
+    (site / "inventory.json").write_text(text)
+    check_fails(site, "plan", [expected])
+
+
+def test_inventory_hostname_with_a_trailing_newline(site):
+    edit_inventory(site, lambda d: d["nodes"][2].update(hostname="gb-a01-n03\n"))
+    check_fails(site, "plan", ["inventory.json: nodes[2].hostname: 'gb-a01-n03\\n' is not allowed here"])
+
+
+def test_fifos_and_devices_are_refused_not_read(site):
+    # Reading a FIFO blocks forever and /dev/zero never ends: both must be one quick error.
+    os.mkfifo(site / "fifo.json")
+    check_fails(site, "plan", ["fifo.json: NodeReport file is not a regular file (a FIFO, device or socket)"],
+                "--inventory", "fifo.json")
+    check_fails(site, "plan", ["/dev/zero: NodeReport file is not a regular file"], "--inventory", "/dev/zero")
+    (site / "slurm" / "topology.conf").unlink(missing_ok=True)
+    os.mkfifo(site / "slurm" / "topology.conf")
+    check_fails(site, "plan", ["slurm/topology.conf: Slurm file is not a regular file"])
+
+
+def test_an_include_of_a_device_names_the_include_line(site):
+    conf = site / "slurm" / "slurm.conf"
+    n = len(conf.read_text().splitlines()) + 1
+    conf.write_text(conf.read_text() + "Include /dev/zero\n")
+    check_fails(site, "plan", [f"slurm/slurm.conf:{n}: Include /dev/zero: Slurm file is not a regular file"])
+
+
+def test_a_config_dir_that_is_a_file(site):
+    shutil.rmtree(site / "slurm")
+    (site / "slurm").write_text("")
+    for command in ("plan", "apply"):
+        check_fails(site, command, ["Slurm config dir slurm is not a directory"])
+
+
+def test_a_live_topology_naming_too_many_nodes(site):
+    # 100 blocks of a million nodes each took minutes and gigabytes to read as history
+    (site / "slurm" / "topology.conf").write_text(
+        "".join(f"BlockName=b{i} Nodes=x{i}-n[000000-999999]\n" for i in range(100)))
+    check_fails(site, "plan", ["topology.conf:2: blocks name more than 1,000,000 nodes in all"])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"format": 1, "configDir": "%s", "appliedAt": "x", "rackctlVersion": "0", "files": {}, '
+     '"blocks": [{"name": "a01", "nodes": "gb-a01-n01"}]}', "a block needs a text name and a list of nodes"),
+    ('{"format": 1, "configDir": "%s", "appliedAt": "x", "rackctlVersion": "0", "files": {}, '
+     '"blocks": [{"name": "a01", "nodes": ["gb-a01-n01", "bad host"]}]}', "bad host name 'bad host'"),
+    ('{"format": 1, "x": ' + "[" * 100000 + "]" * 100000 + "}", "unreadable apply record (nested too deeply)"),
+])
+def test_apply_records_with_the_wrong_shape(site, text, expected):
+    record = site / "state" / "bad-input" / "applied.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(text.replace("%s", str(site / "slurm")) if "%s" in text else text)
+    for command in ("plan", "apply"):
+        check_fails(site, command, ["state/bad-input/applied.json: ", expected,
+                                    "hint: move it away to start over from the live files"])
+
+
+def test_an_apply_record_that_is_a_fifo(site):
+    record = site / "state" / "bad-input" / "applied.json"
+    record.parent.mkdir(parents=True)
+    os.mkfifo(record)
+    check_fails(site, "plan", ["state/bad-input/applied.json: unreadable apply record (apply record is not a "
+                               "regular file"])
+
+
+def test_plan_out_is_a_fifo_or_a_directory(site):
+    # a rename over a FIFO (or /dev/stdout) would replace it with a plain file
+    os.mkfifo(site / "plan.fifo")
+    check_fails(site, "plan", ["plan.fifo: not a regular file (a device, FIFO or socket); expected a file path"],
+                "--out", "plan.fifo")
+    (site / "plan.d").mkdir()
+    check_fails(site, "plan", ["plan.d: a directory is in the way; a file was expected"], "--out", "plan.d")
+    check_fails(site, "plan", ["--out: an empty path; expected a file name"], "--out", "")
+
+
+def test_an_explicit_slice_naming_trays_another_rack_found(site):
+    # Both racks are found by cluster UUID, so only discovery shows that a02's slice holds a01's
+    # trays; Slurm would silently accept a node in two blocks.
+    (site / "intent.yaml").write_text(sub(
+        A01, "{name: a01, select: {clusterUUID: 3f2a9c1e-5b7d-4e8a-9c0f-1a2b3c4d5e01}}",
+        A02, "{name: a02, select: {clusterUUID: 3f2a9c1e-5b7d-4e8a-9c0f-1a2b3c4d5e02}, slicing: {mode: explicit, "
+             'slices: {x: "gb-a01-n[01-18]"}}}'))
+    before = snapshot(site)
+    res = rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", "--format", "json", cwd=site)
+    assert res.rc == 1, res
+    errors = [d for d in json.loads(res.out)["diagnostics"] if d["severity"] == "error"]
+    assert [(d["code"], d["message"]) for d in errors] == [
+        ("host-two-slices", "gb-a01-n[01-18]: in slices a01 and a02/x; a tray belongs to exactly one slice")]
+    assert snapshot(site) == before
+
+
+def test_a_capture_that_is_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "gb-x-n01.txt")
+    res = rackctl("inventory", "gb-x-n01.txt", "--out-dir", "out", cwd=tmp_path)
+    assert assert_one_error(res) == ("error: gb-x-n01.txt: capture is not a regular file (a FIFO, device or "
+                                     "socket); a file was expected\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("output", ["--out-dir", "--out"])
+def test_inventory_output_named_by_an_empty_path(tmp_path, output):
+    # was an internal error (an AssertionError)
+    (tmp_path / "a.txt").write_text(GOOD_CAPTURE)
+    res = rackctl("inventory", "a.txt", output, "", cwd=tmp_path)
+    assert assert_one_error(res) == f"error: {output}: an empty path; expected a file or folder name\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_inventory_out_dir_with_a_directory_in_the_way_writes_nothing(tmp_path):
+    # the first host's file was written before the second one failed
+    for host in ("gb-x-n01", "gb-x-n02"):
+        (tmp_path / f"{host}.txt").write_text(GOOD_CAPTURE)
+    (tmp_path / "out" / "gb-x-n02.json").mkdir(parents=True)
+    before = snapshot(tmp_path)
+    res = rackctl("inventory", "gb-x-n01.txt", "gb-x-n02.txt", "--out-dir", "out", cwd=tmp_path)
+    assert assert_one_error(res) == "error: out/gb-x-n02.json: a directory is in the way; a file was expected\n"
+    assert snapshot(tmp_path) == before

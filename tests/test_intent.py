@@ -130,7 +130,8 @@ def test_mixed_slice_sizes_on_24_11(load):
         targets: {slurm: {version: "24.11"}}
         """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02, r03; 18 trays: r01); "
                  "Slurm 24.11 has one BlockSizes for the whole cluster\n"
-                 "  hint: use one slice size, or Slurm 25.05+ with topology.yaml")
+                 "  hint: use one slice size in every rack (Slurm 25.05+ could hold several sizes as "
+                 "separate topologies in topology.yaml; rackctl does not render that yet)")
 
 
 def test_mixed_slice_sizes_on_25_05_topology_yaml(load):

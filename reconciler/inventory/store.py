@@ -6,18 +6,22 @@ Two forms: a directory with one NodeReport JSON file per host (``*.json``), or o
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from .. import schemas
-from ..atomicfile import atomic_write
+from .. import hostlist, schemas
+from ..atomicfile import atomic_write, check_target
 from ..errors import InputError
 from ..yamlsource import display_path, read_text
 
 SCHEMA_VERSION = 1
 #: Largest inventory file read (bytes): 2,000 NVL72 racks in one file are ~60 MB.
 MAX_INVENTORY_BYTES = 1024 * 1024 * 1024
+#: Python reads at most this many digits in an integer (sys.get_int_max_str_digits()).
+MAX_INT_DIGITS = 4301
 
 
 def load_inventory(path: Path) -> list[dict[str, Any]]:
@@ -37,22 +41,33 @@ def load_inventory(path: Path) -> list[dict[str, Any]]:
     where: dict[str, str] = {}
     for f in files:
         name = display_path(f)
-        doc = _read_json(f)
-        if isinstance(doc, dict) and "nodes" in doc:
+        doc, floats = _read_json(f)
+        if not isinstance(doc, dict):
+            raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "
+                             f"[...]}}), got {_json_kind(doc)}", file=name)
+        if "nodes" in doc:
             # The envelope first (nodes emptied), then each node on its own: one pass over the
             # nodes, and errors that name nodes[i].
-            schemas.check("inventory", {**doc, "nodes": []}, file=name)
+            schemas.check("inventory", {**doc, "nodes": []}, file=name, floats=floats)
             if not isinstance(doc["nodes"], list):
                 raise InputError("expected a list of NodeReports", file=name, field="nodes")
             batch = doc["nodes"]
             places = [f"{name}: nodes[{i}]" for i in range(len(batch))]
             for i, node in enumerate(batch):
-                schemas.check("node-report", node, file=name, prefix=("nodes", i))
+                if not isinstance(node, dict):
+                    raise InputError(f"expected a NodeReport object, got {_json_kind(node)}", file=name,
+                                     field=f"nodes[{i}]")
+                schemas.check("node-report", node, file=name, prefix=("nodes", i), floats=floats)
         else:
-            schemas.check("node-report", doc, file=name)
+            schemas.check("node-report", doc, file=name, floats=floats)
             batch, places = [doc], [name]
         for node, place in zip(batch, places):
+            _check_gpu_indexes(node, place)
             host = node["hostname"]
+            try:
+                hostlist.natural_key(host)  # a name Slurm's hostlists can hold
+            except InputError as exc:
+                raise InputError(exc.message, file=place, field="hostname") from None
             if host in where:
                 raise InputError(f"host {host} is reported twice (also in {where[host]})", file=place,
                                  field="hostname")
@@ -61,13 +76,61 @@ def load_inventory(path: Path) -> list[dict[str, Any]]:
     return nodes
 
 
-def _read_json(f: Path) -> Any:
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        host = obj.get("hostname")
+        raise _DuplicateKey(key, f" (the NodeReport of {host})" if isinstance(host, str) else "")
+    return obj
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def _check_gpu_indexes(node: dict[str, Any], place: str) -> None:
+    """Two GPUs of one host with one index are two reports glued together, not one host."""
+    first: dict[int, int] = {}
+    for i, gpu in enumerate(node.get("gpus") or ()):
+        j = first.setdefault(gpu["index"], i)
+        if j != i:
+            raise InputError(f"GPU index {gpu['index']} appears twice (also gpus[{j}]); expected one entry "
+                             "per GPU", file=place, field=f"gpus[{i}].index")
+
+
+def _read_json(f: Path) -> tuple[Any, bool]:
+    """The JSON document in ``f`` and whether it holds any float (NodeReports need none)."""
     text = read_text(f, what="NodeReport file", max_bytes=MAX_INVENTORY_BYTES)
+    floats = []
+
+    def parse_float(literal: str) -> float:
+        floats.append(literal)
+        return float(literal)
+
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_float=parse_float, parse_constant=parse_float, object_pairs_hook=_object)
+        return doc, bool(floats)
+    except _DuplicateKey as exc:
+        raise InputError(f"invalid JSON: duplicate key {exc.args[0]!r} in one object{exc.args[1]}; the "
+                         "second value would silently replace the first", file=display_path(f)) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=display_path(f),
                          line=exc.lineno) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply; expected NodeReports", file=display_path(f)) from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        m = re.search(r"[0-9]{%d,}" % MAX_INT_DIGITS, text)
+        line = text.count("\n", 0, m.start()) + 1 if m else None
+        raise InputError(f"invalid JSON: a number too long to read ({exc})", file=display_path(f),
+                         line=line) from None
 
 
 def dump_report(node: dict[str, Any]) -> str:
@@ -86,10 +149,12 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
         atomic_write(out_file, dump_report(doc).encode())
         return [out_file]
     assert out_dir is not None
+    targets = [out_dir / f"{node['hostname']}.json" for node in nodes]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(out_dir))
+    for target in targets:  # first, so that a directory in the way leaves nothing half written
+        check_target(target)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for node in nodes:
-        target = out_dir / f"{node['hostname']}.json"
+    for node, target in zip(nodes, targets):
         atomic_write(target, dump_report(node).encode())
-        written.append(target)
-    return written
+    return targets

@@ -17,7 +17,8 @@ from .. import hostlist
 from ..intent import DEFAULT_IMEX_CHANNELS, Intent
 from ..planner import DesiredSlurm, Partition
 
-_SAFE = re.compile(r"^[A-Za-z0-9_.,:\[\]=-]+$")
+_SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("reconciler.render", "templates"),
@@ -34,7 +35,8 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
 
     Deterministic: the same intent and desired state give byte-identical files.
     """
-    common = {"cluster": intent.name, "intent_file": intent.path.name}
+    # The intent's file name goes into a comment line: nothing in it may end that line.
+    common = {"cluster": intent.name, "intent_file": _UNPRINTABLE.sub("?", intent.path.name)}
     topo = _env.get_template(f"{intent.slurm.topology_file}.j2").render(
         blocks=[{"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes))} for b in desired.blocks],
         block_sizes=desired.block_sizes, **common)
@@ -73,6 +75,6 @@ def _partition(p: Partition) -> dict:
 
 def _safe(value: str) -> str:
     # Defence in depth: the schema already restricts names; refuse anything that could break a line.
-    if not _SAFE.match(value):
+    if not _SAFE.fullmatch(value):
         raise ValueError(f"refusing to render unsafe Slurm value {value!r}")
     return value

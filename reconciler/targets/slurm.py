@@ -12,8 +12,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from .. import __version__, hostlist, slurmconf
 from ..atomicfile import atomic_write
 from ..diagnostics import ERROR, WARNING, Diagnostic
@@ -21,10 +19,12 @@ from ..errors import RackctlError, TargetError
 from ..intent import Intent
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
-from ..yamlsource import display_path
+from ..yamlsource import display_path, load_yaml_text, read_bytes_capped
 
 RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
+#: Largest managed file, slurm.conf or included file read (bytes).
+MAX_SLURM_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -47,6 +47,9 @@ def read_live(intent: Intent) -> LiveSlurm:
     t = intent.slurm
     cdir = t.config_dir
     live = LiveSlurm(cdir, {})
+    if cdir.exists() and not cdir.is_dir():
+        raise TargetError(f"Slurm config dir {display_path(cdir)} is not a directory",
+                          hint="set targets.slurm.configDir or --slurm-config-dir to a directory")
     if not cdir.exists():
         live.files = {t.topology_file: None, t.include_file: None}
         live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {display_path(cdir)} does "
@@ -61,20 +64,23 @@ def read_live(intent: Intent) -> LiveSlurm:
                                            "TopologyPlugin, Include and NodeName checks skipped", "slurm.conf"))
         return live
     live.node_names = set()
-    _scan_conf(conf, cdir, t.include_file, live, depth=0)
+    _scan_conf(conf, cdir / "slurm.conf", cdir, t.include_file, live, depth=0, seen=set())
     return live
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise TargetError(f"cannot read {path}: {exc.strerror}") from None
+def _read(path: Path, where: str | None = None) -> bytes | None:
+    """The bytes of a regular file in (or included into) the config dir; None when absent.
+    ``where`` names what pointed at it (``slurm.conf:12: Include x``) for the error message."""
+    def error(message: str) -> TargetError:
+        return TargetError(f"{where or display_path(path)}: {message}")
+    return read_bytes_capped(path, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=error)
 
 
-def _scan_conf(data: bytes, cdir: Path, include_file: str, live: LiveSlurm, depth: int) -> None:
+def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: LiveSlurm, depth: int,
+               seen: set[Path]) -> None:
+    # Each file is scanned once: an Include loop (a.conf includes itself) or a file included
+    # many times over would otherwise take exponential time.
+    seen.add(path.resolve())
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         if line.include is not None:
             live.includes.append(line.include)
@@ -83,9 +89,11 @@ def _scan_conf(data: bytes, cdir: Path, include_file: str, live: LiveSlurm, dept
                 continue
             inc = Path(line.include)
             inc = inc if inc.is_absolute() and inc.exists() else cdir / name
-            sub = _read(inc)
+            if inc.resolve() in seen:
+                continue
+            sub = _read(inc, where=f"{display_path(path)}:{line.lineno}: Include {line.include}")
             if sub is not None:
-                _scan_conf(sub, cdir, include_file, live, depth + 1)
+                _scan_conf(sub, inc, cdir, include_file, live, depth + 1, seen)
             continue
         head = line.head
         if head is None:
@@ -98,6 +106,9 @@ def _scan_conf(data: bytes, cdir: Path, include_file: str, live: LiveSlurm, dept
                 live.node_names.update(hostlist.expand(value))
             except RackctlError:  # a NodeName rackctl cannot parse is slurmctld's to reject
                 continue
+            if len(live.node_names) > hostlist.MAX_HOSTS:
+                raise TargetError(f"{display_path(path)}:{line.lineno}: NodeName lines name more than "
+                                  f"{hostlist.MAX_HOSTS:,} nodes in all; expected a real cluster's nodes")
 
 
 def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagnostic]:
@@ -133,6 +144,7 @@ def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[t
     if file_name.endswith(".yaml"):
         return _parse_yaml_blocks(data)
     out = []
+    total = 0
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         head = line.head
         if head and head[0].lower() == "blockname":
@@ -141,13 +153,18 @@ def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[t
                 out.append((head[1], tuple(hostlist.expand(nodes)) if nodes else ()))
             except RackctlError:
                 out.append((head[1], ()))
+            total += len(out[-1][1])
+            if total > hostlist.MAX_HOSTS:
+                raise TargetError(f"{file_name}:{line.lineno}: blocks name more than {hostlist.MAX_HOSTS:,} "
+                                  "nodes in all; expected a real cluster's topology",
+                                  hint=f"move the damaged {file_name} away; the plan then writes it afresh")
     return out
 
 
 def _parse_yaml_blocks(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
     try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError:
+        doc, _ = load_yaml_text(data.decode("utf-8", errors="replace"), name="topology.yaml")
+    except RackctlError:  # bad YAML, or an alias bomb that would never finish expanding
         return []  # unreadable: treated as no history; the plan rewrites the file
     out = []
     for topo in doc if isinstance(doc, list) else []:
