@@ -90,3 +90,14 @@ def assert_one_error(res: Result) -> str:
     assert lines and lines[0].startswith("error: "), res
     assert all(line.startswith("  hint: ") for line in lines[1:]), res
     return res.err
+
+
+# A minimal nvidia-smi -q fragment: one GB200 GPU, fabric Completed/Success in clique 2.
+GOOD_CAPTURE = """\
+GPU 00000008:01:00.0
+    Fabric
+        State                                  : Completed
+        Status                                 : Success
+        CliqueId                               : 2
+        ClusterUUID                            : dc6e40c4-d722-4357-9ba6-5291dd461278
+"""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import EXAMPLES_DIR, assert_one_error, rackctl, snapshot
+from clihelp import EXAMPLES_DIR, GOOD_CAPTURE, assert_one_error, rackctl, snapshot
 
 BASE = """\
 apiVersion: rackctl.dev/v1alpha1
@@ -290,14 +290,6 @@ def test_an_inventory_path_that_does_not_exist(site):
 
 # ---- nvidia-smi captures for `rackctl inventory` -----------------------------------------------
 
-GOOD_CAPTURE = """\
-GPU 00000008:01:00.0
-    Fabric
-        State                                  : Completed
-        Status                                 : Success
-        CliqueId                               : 2
-        ClusterUUID                            : dc6e40c4-d722-4357-9ba6-5291dd461278
-"""
 
 CAPTURE_CASES = {
     "no-known-section": ("Hello from a login banner\nKernel : 6.8.0\n",

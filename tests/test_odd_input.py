@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import EXAMPLES_DIR, MANAGED, rackctl
+from clihelp import EXAMPLES_DIR, GOOD_CAPTURE, MANAGED, rackctl
 
 BOM = "\ufeff"
-CAPTURE = """\
-GPU 00000008:01:00.0
-    Fabric
-        State                                  : Completed
-        Status                                 : Success
-        CliqueId                               : 2
-        ClusterUUID                            : dc6e40c4-d722-4357-9ba6-5291dd461278
-"""
 
 
 @pytest.fixture
@@ -35,7 +27,7 @@ def plan(site: Path, *args: object, timeout: float = 60):
 
 def test_a_capture_saved_with_a_byte_order_mark_parses(tmp_path):
     # was "no GPU, Fabric or Platform Info section found"
-    (tmp_path / "gb-x-n01.txt").write_text(BOM + CAPTURE.replace("\n", "\r\n"))
+    (tmp_path / "gb-x-n01.txt").write_text(BOM + GOOD_CAPTURE.replace("\n", "\r\n"))
     res = rackctl("inventory", "gb-x-n01.txt", "--out", "inv.json", cwd=tmp_path)
     assert res.rc == 0, res
     gpu = json.loads((tmp_path / "inv.json").read_text())["nodes"][0]["gpus"][0]
