@@ -9,18 +9,18 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, hostlist, pipeline, report, schemas
+from . import __version__, pipeline, report
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
-from .intent import block_sizes, load_intent
+from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
-from .inventory.store import write_inventory
+from .inventory.store import check_node, write_inventory
 from .plan import FORMAT_VERSION
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
 from .yamlsource import display_path, read_text
 
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+EXIT_OK, EXIT_ERROR = 0, 1
 
 EPILOG = """exit codes:
   validate   0 valid, 1 errors
@@ -165,11 +165,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         seen[host] = cap
         text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
         node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
-        schemas.check("node-report", node, file=cap)
-        try:
-            hostlist.natural_key(host)  # a name Slurm's hostlists can hold
-        except InputError as exc:
-            raise InputError(exc.message, file=cap, field="hostname") from None
+        check_node(node, file=cap, place=cap)
         nodes.append(node)
     written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
                               out_file=Path(args.out) if args.out is not None else None)
@@ -187,7 +183,8 @@ def _host_from_name(name: str) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
-    run = pipeline.compute(_intent(args), state_dir=args.state_dir)
+    intent = _intent(args)
+    run = pipeline.compute(intent, _state(args, intent))
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -195,16 +192,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
-    run = pipeline.compute(_intent(args), state_dir=args.state_dir)
+    intent = _intent(args)
+    run = pipeline.compute(intent, _state(args, intent))
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     intent = _intent(args)
-    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
-    with state.lock():
-        run = pipeline.compute(intent, state_dir=args.state_dir)
+    state = _state(args, intent)
+    with state.lock():  # taken before reading, so the plan cannot go stale under us
+        run = pipeline.compute(intent, state)
         plan = run.plan
         if plan.has_errors:
             sys.stdout.write(report.render(plan, "text"))
@@ -232,8 +230,12 @@ def _confirm() -> bool:
     return answer.strip() == "yes"
 
 
-def _intent(args: argparse.Namespace):
+def _intent(args: argparse.Namespace) -> Intent:
     return pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
+
+
+def _state(args: argparse.Namespace, intent: Intent) -> StateDir:
+    return StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ from .inventory.store import load_inventory
 from .plan import Plan, build_plan
 from .planner import DesiredSlurm, plan_slurm
 from .render.slurm import render_slurm
-from .statedir import AppliedRecord, StateDir, default_state_dir
+from .statedir import AppliedRecord, StateDir
 from .targets import slurm as slurm_target
 from .targets.slurm import LiveSlurm
 
@@ -47,14 +47,13 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
     return intent
 
 
-def compute(intent: Intent, *, state_dir: str | None) -> Run:
+def compute(intent: Intent, state: StateDir) -> Run:
     """Plan one run. Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
                          file=intent.source.file, field="inventory")
     nodes = load_inventory(intent.inventory_path)
     fabric = build_fabric(nodes)
-    state = StateDir(Path(state_dir) if state_dir else default_state_dir(), intent.name)
     live = slurm_target.read_live(intent)
     record = state.read_record(intent.slurm.config_dir)
     desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))

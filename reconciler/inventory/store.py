@@ -57,23 +57,32 @@ def load_inventory(path: Path) -> list[dict[str, Any]]:
                 if not isinstance(node, dict):
                     raise InputError(f"expected a NodeReport object, got {_json_kind(node)}", file=name,
                                      field=f"nodes[{i}]")
-                schemas.check("node-report", node, file=name, prefix=("nodes", i), floats=floats)
+                check_node(node, file=name, place=places[i], prefix=("nodes", i), floats=floats)
         else:
-            schemas.check("node-report", doc, file=name, floats=floats)
+            check_node(doc, file=name, place=name, floats=floats)
             batch, places = [doc], [name]
         for node, place in zip(batch, places):
-            _check_gpu_indexes(node, place)
             host = node["hostname"]
-            try:
-                hostlist.natural_key(host)  # a name Slurm's hostlists can hold
-            except InputError as exc:
-                raise InputError(exc.message, file=place, field="hostname") from None
             if host in where:
                 raise InputError(f"host {host} is reported twice (also in {where[host]})", file=place,
                                  field="hostname")
             where[host] = place
             nodes.append(node)
     return nodes
+
+
+def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple = (), floats: bool = True) -> None:
+    """Check one NodeReport beyond JSON parsing: the schema, one entry per GPU index, and a host
+    name Slurm's hostlists can hold. ``place`` names it in errors (``FILE: nodes[3]``).
+
+    Raises ``InputError``.
+    """
+    schemas.check("node-report", node, file=file, prefix=prefix, floats=floats)
+    _check_gpu_indexes(node, place)
+    try:
+        hostlist.natural_key(node["hostname"])
+    except InputError as exc:
+        raise InputError(exc.message, file=place, field="hostname") from None
 
 
 class _DuplicateKey(ValueError):
