@@ -16,6 +16,7 @@ from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
 from .inventory.store import check_node, write_inventory
 from .plan import FORMAT_VERSION
+from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
 from .yamlsource import display_path, read_text
@@ -25,9 +26,11 @@ EXIT_OK, EXIT_ERROR = 0, 1
 EPILOG = """exit codes:
   validate   0 valid, 1 errors
   inventory  0 written, 1 error (nothing written)
+  discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
   plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure
   drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
+  simulate   0 written, 1 error (nothing written)
   a usage error (unknown or missing option) exits 1 on every command
 """
 
@@ -104,6 +107,34 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--hostname", help="host name for a single capture")
     i.set_defaults(func=cmd_inventory)
 
+    d = _sub(sub, "discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)")
+    d.add_argument("--hostname", help="host name to report (default: this host's name)")
+    d.add_argument("--out", metavar="FILE", help="write the NodeReport to FILE (atomically) instead of stdout")
+    d.set_defaults(func=cmd_discover)
+
+    sim = _sub(sub, "simulate", "write a seeded, deterministic NVL72 fleet inventory (with injected faults)")
+    sim.add_argument("--racks", type=int, required=True, help="number of racks")
+    sim.add_argument("--trays", type=int, default=18, help="compute trays per rack (default 18)")
+    sim.add_argument("--gpus", type=int, default=4, help="GPUs per tray (default 4)")
+    sim.add_argument("--cliques", type=int, default=1, help="cliques per rack, consecutive trays (default 1)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same output")
+    sim.add_argument("--host-format", default=SimSpec.host_format,
+                     help="host name pattern with {rack} and {tray} (default %(default)s)")
+    sim.add_argument("--collected-at", default=SimSpec.collected_at, help="collectedAt of every report")
+    for fault, what in (("missing", "trays missing from the inventory"),
+                        ("in-progress", "trays whose fabric registration is In Progress"),
+                        ("unhealthy", "trays with an unhealthy NVLink route"),
+                        ("degraded", "trays with degraded NVLink bandwidth"),
+                        ("miscabled", "trays reporting the next rack's cluster UUID"),
+                        ("duplicate-hostnames", "trays reporting another rack's host name (needs --out)")):
+        sim.add_argument(f"--{fault}", type=int, default=0, metavar="N", help=f"N {what}")
+    sim_out = sim.add_mutually_exclusive_group(required=True)
+    sim_out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    sim_out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    sim.add_argument("--intent", metavar="FILE", help="also write a matching intent here")
+    sim.add_argument("--select", choices=SELECTORS, default="hosts", help="rack selector in that intent")
+    sim.set_defaults(func=cmd_simulate)
+
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload", cmd_apply),
                               ("drift", "report drift of managed files and hardware", cmd_drift)):
@@ -170,6 +201,42 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
                               out_file=Path(args.out) if args.out is not None else None)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    spec = SimSpec(racks=args.racks, trays=args.trays, gpus=args.gpus, cliques=args.cliques, seed=args.seed,
+                   host_format=args.host_format, collected_at=args.collected_at, missing=args.missing,
+                   in_progress=args.in_progress, unhealthy=args.unhealthy, degraded=args.degraded,
+                   miscabled=args.miscabled, duplicate_hostnames=args.duplicate_hostnames)
+    if spec.duplicate_hostnames and args.out_dir is not None:
+        raise InputError("duplicate host names cannot be one file per host; use --out", field="--out-dir")
+    nodes, racks = simulate(spec)
+    out = Path(args.out if args.out is not None else args.out_dir)
+    if args.intent:
+        intent_path = Path(args.intent)
+        rel = os.path.relpath(out.resolve(), intent_path.resolve().parent)
+        atomic_write(intent_path, intent_yaml(spec, racks, rel + ("/" if args.out_dir else ""), args.select).encode())
+    written = write_inventory(nodes, out_dir=out if args.out_dir is not None else None,
+                              out_file=out if args.out is not None else None)
+    print(f"simulated {len(racks)} racks, {len(nodes)} NodeReports in {len(written)} file(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    if args.out == "":
+        raise InputError("an empty path; expected a file name", field="--out")
+    from .inventory.nvml import collect_node_report  # NVML is loaded only by this command
+
+    node = collect_node_report(hostname=args.hostname)
+    check_node(node, file="<nvml>", place=f"NodeReport of {node['hostname']}")
+    text = json.dumps(node, indent=2) + "\n"
+    if args.out is not None:
+        atomic_write(Path(args.out), text.encode())
+        print(f"wrote the NodeReport of {node['hostname']} ({len(node['gpus'])} GPU(s)) to {args.out}",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
 
 

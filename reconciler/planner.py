@@ -244,8 +244,8 @@ def _slice_cliques(rack: Rack, intent: Intent, members: list[str], fabric: Fabri
         elif h in hist_slice:
             groups[hist_slice[h]].append(h)
         else:
-            why = "not reporting" if tray is None else "no clique ID (fabric not attached)"
-            diags.append(Diagnostic(ERROR, "tray-no-clique", f"tray {h} of rack {rack.name} has {why} and no "
+            why = "is not reporting" if tray is None else "has no clique ID (fabric not attached)"
+            diags.append(Diagnostic(ERROR, "tray-no-clique", f"tray {h} of rack {rack.name} {why} and has no "
                                     "applied block to keep it in; it cannot be placed in a clique slice", h,
                                     hardware=True))
     named = sorted({ref for t in intent.tiers for ref in t.slices if ref.startswith(rack.name + "/")})

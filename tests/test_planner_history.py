@@ -226,7 +226,7 @@ def test_clique_tray_without_clique_and_history_is_an_error(site: Site) -> None:
     code, doc = site.plan()
     assert code == 1
     errors = {d["code"]: d["message"] for d in doc["diagnostics"] if d["severity"] == "error"}
-    assert errors["tray-no-clique"] == ("tray gb-r02-n12 of rack r02 has no clique ID (fabric not attached) and no "
+    assert errors["tray-no-clique"] == ("tray gb-r02-n12 of rack r02 has no clique ID (fabric not attached) and has no "
                                         "applied block to keep it in; it cannot be placed in a clique slice")
 
 
