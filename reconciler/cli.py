@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, pipeline, report
+from . import __version__, collectcmd, pipeline, report
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import Intent, block_sizes, load_intent
@@ -31,6 +31,7 @@ EPILOG = """exit codes:
   apply      0 success, 1 failure
   drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
   simulate   0 written, 1 error (nothing written)
+  collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
   a usage error (unknown or missing option) exits 1 on every command
 """
 
@@ -99,8 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
 
     i = _sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
-    i.add_argument("captures", nargs="+", metavar="CAPTURE", help="one file per host; host name = file name "
+    i.add_argument("captures", nargs="*", metavar="CAPTURE", help="one file per host; host name = file name "
                    "without .txt/.log")
+    i.add_argument("--from-nodes", metavar="NODES", help="instead: Kubernetes Node objects (a NodeList, "
+                   "`kubectl get nodes -o yaml|json`, or one Node) -> NodeReports from their labels")
     out = i.add_mutually_exclusive_group(required=True)
     out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
     out.add_argument("--out", metavar="FILE", help="write one inventory file")
@@ -135,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--select", choices=SELECTORS, default="hosts", help="rack selector in that intent")
     sim.set_defaults(func=cmd_simulate)
 
+    collectcmd.add_collect_parser(sub, _sub)
+
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload", cmd_apply),
                               ("drift", "report drift of managed files and hardware", cmd_drift)):
@@ -147,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "apply":
             c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
             c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
+            c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
+                           "older than inventory.maxAge, skewed, or missing more than inventory.maxMissingShare")
         else:
             c.add_argument("--format", choices=("text", "json", "markdown"), default="text")
         if name == "plan":
@@ -185,6 +192,10 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     for flag, value in (("--out", args.out), ("--out-dir", args.out_dir)):
         if value == "":
             raise InputError("an empty path; expected a file or folder name", field=flag)
+    if args.from_nodes is not None:
+        return collectcmd.inventory_from_nodes(args)
+    if not args.captures:
+        raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if args.hostname and len(args.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
     nodes, seen = [], {}
@@ -274,6 +285,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if plan.has_errors:
             sys.stdout.write(report.render(plan, "text"))
             print("error: the plan has errors; nothing was applied", file=sys.stderr)
+            return EXIT_ERROR
+        if plan.stale_inventory and not args.allow_stale_inventory:
+            sys.stdout.write(report.render(plan, "text"))
+            print("error: the inventory is stale or incomplete (see above); nothing was applied", file=sys.stderr)
+            print("  hint: re-collect the reports, or pass --allow-stale-inventory to apply anyway", file=sys.stderr)
             return EXIT_ERROR
         if not plan.has_changes:
             print("No changes. The Slurm files match the intent; nothing written, nothing reloaded.")

@@ -22,6 +22,7 @@ DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not
                 "gpu-disagreement", "not-reporting")
 DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
 DEFAULT_MIN_HEALTHY_SHARE = 0.75
+DEFAULT_MAX_MISSING_SHARE = 0.1  # of the declared trays; more missing and the inventory is incomplete
 DEFAULT_IMEX_CHANNELS = 2048  # switch/nvidia_imex imex_channel_count default
 
 
@@ -126,6 +127,8 @@ class Intent:
     path: Path
     name: str
     inventory_path: Path | None
+    inventory_max_age_s: int | None
+    inventory_max_missing_share: float
     racks: tuple[Rack, ...]
     tiers: tuple[Tier, ...]
     min_healthy_share: float
@@ -165,6 +168,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
     default_trays = defaults.get("trays", DEFAULT_TRAYS)
     default_slicing = defaults.get("slicing", {"mode": "whole"})
     health = defaults.get("health", {})
+    if not math.isfinite((data.get("inventory") or {}).get("maxMissingShare", 0)):
+        raise smap.error(("inventory", "maxMissingShare"), "not a number; expected a share from 0 to 1")
     if not math.isfinite(health.get("minHealthyShare", 0)):  # YAML .nan passes every min/max test
         raise smap.error(("defaults", "health", "minHealthyShare"),
                          f"{health['minHealthyShare']} is not a number; expected a share from 0 to 1")
@@ -217,6 +222,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         path=path,
         name=data["metadata"]["name"],
         inventory_path=(base / inv["path"]) if inv else None,
+        inventory_max_age_s=duration_s(inv["maxAge"]) if inv and "maxAge" in inv else None,
+        inventory_max_missing_share=float((inv or {}).get("maxMissingShare", DEFAULT_MAX_MISSING_SHARE)),
         racks=tuple(racks),
         tiers=tuple(_tiers(tiers_data, smap)),
         min_healthy_share=float(health.get("minHealthyShare", DEFAULT_MIN_HEALTHY_SHARE)),
@@ -368,6 +375,13 @@ def _check_tier_references(intent: Intent) -> None:
                     if rack.slicing.mode == "whole" else ""
                 raise intent.source.error(where, f"rack {rack_name} has no slice {sub!r}; its slices "
                                           f"are {', '.join(names)}{whole}")
+
+
+def duration_s(text: str) -> int:
+    """``"90"``/``"90s"`` -> 90, ``"15m"`` -> 900, ``"6h"`` -> 21600, ``"2d"`` -> 172800 (seconds)."""
+    unit = text[-1] if text[-1] in "smhd" else "s"
+    number = text[:-1] if text[-1] in "smhd" else text
+    return int(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
 
 
 def block_sizes(intent: Intent) -> list[int]:

@@ -5,9 +5,11 @@ Shared by ``plan``, ``apply`` and ``drift`` so that they can never disagree.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import freshness
 from .diagnostics import SEVERITIES, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
@@ -47,8 +49,10 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
     return intent
 
 
-def compute(intent: Intent, state: StateDir) -> Run:
-    """Plan one run. Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
+def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None) -> Run:
+    """Plan one run (``now``: when the inventory's age is judged; default: the clock).
+
+    Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
                          file=intent.source.file, field="inventory")
@@ -60,6 +64,7 @@ def compute(intent: Intent, state: StateDir) -> Run:
     files = render_slurm(intent, desired)
     diags: list[Diagnostic] = list(desired.diagnostics)
     diags += slurm_target.check(intent, live, desired.placed_hosts)
+    diags += freshness.check(intent, nodes, desired, set(fabric.trays), now or dt.datetime.now(dt.timezone.utc))
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     plan = build_plan(intent, desired, files, live, record, diags)
     return Run(intent, desired, files, live, record, state, plan)

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import __version__, hostlist, slurmconf
 from .diagnostics import ERROR, WARNING, Diagnostic, has_errors
+from .freshness import STALE_CODES
 from .intent import Intent
 from .planner import DesiredSlurm
 from .render.slurm import partition_options
@@ -62,6 +63,11 @@ class Plan:
     @property
     def has_changes(self) -> bool:
         return bool(self.file_changes)
+
+    @property
+    def stale_inventory(self) -> list[Diagnostic]:
+        """Diagnostics saying the inventory is stale, skewed or incomplete (``apply`` refuses)."""
+        return [d for d in self.diagnostics if d.code in STALE_CODES]
 
     @property
     def has_errors(self) -> bool:

@@ -48,6 +48,8 @@ def summary_line(plan: Plan) -> str:
 def _text(plan: Plan, command: str) -> str:
     t = plan.target
     out = [f"rackctl {command} for cluster {plan.cluster} (Slurm {t['version']}, config dir {t['configDir']})", ""]
+    for d in plan.stale_inventory:  # first thing a reader sees: the plan may not reflect the fleet
+        out += [f"!! INVENTORY: {d.message}", ""]
     if plan.drift:
         out.append("Drift (changed outside rackctl since the last apply):")
         out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
@@ -78,6 +80,7 @@ def _markdown(plan: Plan, command: str) -> str:
     t = plan.target
     out = [f"### rackctl {command}: `{plan.cluster}`", "",
            f"Slurm {t['version']}, config dir `{t['configDir']}`", "", f"**{summary_line(plan)}**", ""]
+    out += [f"> [!WARNING]\n> Inventory: {d.message}\n" for d in plan.stale_inventory]
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
         out += [f"| `{d['address']}` | {d['detail']} |" for d in plan.drift]

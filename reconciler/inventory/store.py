@@ -6,6 +6,7 @@ Two forms: a directory with one NodeReport JSON file per host (``*.json``), or o
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import json
 import re
@@ -79,10 +80,24 @@ def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple = (
     """
     schemas.check("node-report", node, file=file, prefix=prefix, floats=floats)
     _check_gpu_indexes(node, place)
+    if node.get("collectedAt"):
+        try:
+            parse_time(node["collectedAt"])
+        except ValueError:
+            raise InputError(f"{node['collectedAt']!r} is not an RFC 3339 time with an offset; expected e.g. "
+                             "2026-11-30T06:00:00Z", file=place, field="collectedAt") from None
     try:
         hostlist.natural_key(node["hostname"])
     except InputError as exc:
         raise InputError(exc.message, file=place, field="hostname") from None
+
+
+def parse_time(text: str) -> dt.datetime:
+    """``collectedAt`` (RFC 3339, ``2026-11-30T06:00:00Z``) -> an aware datetime. Raises ``ValueError``."""
+    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError("no UTC offset")
+    return when
 
 
 class _DuplicateKey(ValueError):

@@ -1,0 +1,99 @@
+"""The fan-out commands of the CLI: ``rackctl collect slurm`` and ``rackctl inventory --from-nodes``.
+
+Kept beside ``cli.py`` (which registers them) so that the command table stays short. Each
+command is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import hostlist
+from .errors import InputError, RackctlError
+from .inventory import labels, slurm_collect
+from .inventory.store import write_inventory
+
+COLLECT_SLURM_HELP = """\
+Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
+Progress (reports received) and a summary of per-node failures go to standard error.
+
+exit codes:
+  0  every node reported; or some did and the others are listed in a warning (their reports are
+     missing from the inventory written)
+  1  no node reported (nothing written), srun not on PATH, or bad arguments
+"""
+
+
+def add_collect_parser(sub, make_sub) -> None:
+    """Register ``collect slurm`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
+    engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")
+    s = engines.add_parser("slurm", help="through srun, one task per node", description=COLLECT_SLURM_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--nodelist", metavar="HOSTLIST", help="Slurm host list of the nodes (e.g. gb-r01-n[01-18]); "
+                   "default: the responding nodes of --partition (sinfo)")
+    s.add_argument("--partition", metavar="P", help="partition to run the srun step in")
+    out = s.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    s.add_argument("--timeout", type=float, metavar="S", help="stop srun after S seconds (the nodes that "
+                   "have not reported by then are listed as failed); default: no limit")
+    s.add_argument("--agent", default="rackctl", metavar="CMD",
+                   help="the rackctl executable on the nodes (default %(default)s)")
+    s.set_defaults(func=cmd_collect_slurm)
+
+
+def cmd_collect_slurm(args: argparse.Namespace) -> int:
+    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--nodelist", args.nodelist)):
+        if value == "":
+            raise InputError("an empty value", field=flag)
+    if args.timeout is not None and not args.timeout > 0:
+        raise InputError(f"{args.timeout}; expected a positive number of seconds", field="--timeout")
+    if args.nodelist is not None:
+        nodes = sorted(set(hostlist.expand(args.nodelist, field="--nodelist")), key=hostlist.natural_key)
+    elif args.partition:
+        nodes = slurm_collect.partition_nodes(args.partition)
+    else:
+        raise InputError("say which nodes: --nodelist HOSTLIST and/or --partition P", field="--nodelist")
+    slurm_collect.require_srun()
+    print(f"collecting from {len(nodes)} node(s) with srun...", file=sys.stderr)
+    result = slurm_collect.collect(nodes, partition=args.partition, timeout=args.timeout, agent=args.agent,
+                                   progress=sys.stderr)
+    failed = slurm_collect.summary(result)
+    if not result.nodes:
+        why = f"srun exit {result.srun_exit}: {result.srun_stderr}" if result.srun_exit else "see the list below"
+        raise RackctlError(f"no node reported ({why}); nothing written\n" + "\n".join(failed[:50]) +
+                           (f"\n  ... and {len(failed) - 50} more" if len(failed) > 50 else ""))
+    written = write_inventory(result.nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                              out_file=Path(args.out) if args.out is not None else None)
+    print(f"wrote {len(result.nodes)} NodeReport(s) of {len(nodes)} node(s) to {len(written)} file(s)",
+          file=sys.stderr)
+    if failed:
+        print(f"warning: {len(failed)} node(s) did not report "
+              f"({hostlist.compress(_hosts(result.failures))}):", file=sys.stderr)
+        print("\n".join(failed), file=sys.stderr)
+    return 0
+
+
+def _hosts(failures: dict[str, str]) -> list[str]:
+    return [h for h in failures if not h.startswith("task ")]
+
+
+def inventory_from_nodes(args: argparse.Namespace) -> int:
+    """``rackctl inventory --from-nodes FILE``: Kubernetes Node objects -> NodeReports."""
+    if args.captures or args.hostname:
+        raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
+                         field="--from-nodes")
+    objects, name = labels.load_node_objects(Path(args.from_nodes))
+    nodes, notes = labels.reports_from_nodes(objects, file=name)
+    if not nodes:
+        raise InputError("no Node with GPUs (nvidia.com/gpu.count, nvidia.com/gpu.clique, Topograph domain "
+                         "or nvidia.com/gpu capacity); nothing written", file=name)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                              out_file=Path(args.out) if args.out is not None else None)
+    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return 0
