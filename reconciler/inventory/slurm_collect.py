@@ -36,7 +36,6 @@ tests use a fake ``srun`` on PATH.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
