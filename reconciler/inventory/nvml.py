@@ -25,9 +25,11 @@ import ctypes
 import socket
 import uuid as uuidlib
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from reconciler.errors import RackctlError
+from reconciler.inventory.imex import read_imex_state
 
 __all__ = ["collect_node_report", "FabricInfoV1", "FabricInfoV2", "FabricInfoV3", "PlatformInfoV1",
            "PlatformInfoV2", "FABRIC_V2", "FABRIC_V3", "PLATFORM_V1", "PLATFORM_V2", "status_words"]
@@ -106,13 +108,15 @@ def status_words(code: int) -> str:
 
 
 def collect_node_report(*, hostname: str | None = None, addresses: list[str] | None = None,
-                        now: datetime | None = None) -> dict[str, Any]:
+                        now: datetime | None = None, imex_root: Path = Path("/")) -> dict[str, Any]:
     """Read every GPU through NVML and return one NodeReport dict (schemaVersion 1).
 
     Shape: ``{"schemaVersion": 1, "hostname", "source": "nvml", "collectedAt": RFC 3339 UTC,
-    "addresses": [...], "gpus": [{"index", "uuid", "pciBusId", "fabric"?, "platform"?}]}``.
+    "addresses": [...], "gpus": [{"index", "uuid", "pciBusId", "fabric"?, "platform"?}],
+    "imex": {"hostService", "nodesFile", "nodes"?, "channelsMajor"}}``.
     ``hostname`` defaults to ``socket.gethostname()``, ``addresses`` to the host's own
-    non-loopback addresses, ``now`` to the current time.
+    non-loopback addresses, ``now`` to the current time; ``imex`` is read from the files under
+    ``imex_root`` (see ``reconciler.inventory.imex``).
     """
     pynvml = _init()
     try:
@@ -132,7 +136,7 @@ def collect_node_report(*, hostname: str | None = None, addresses: list[str] | N
     stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
     return {"schemaVersion": 1, "hostname": hostname or socket.gethostname(), "source": "nvml",
             "collectedAt": stamp.isoformat().replace("+00:00", "Z"), "addresses": list(addresses),
-            "gpus": gpus}
+            "gpus": gpus, "imex": read_imex_state(imex_root)}
 
 
 def _init():
