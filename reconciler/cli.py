@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
     d = _sub(sub, "discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)")
     d.add_argument("--hostname", help="host name to report (default: this host's name)")
     d.add_argument("--out", metavar="FILE", help="write the NodeReport to FILE (atomically) instead of stdout")
+    d.add_argument("--publish-annotation", action="store_true", help="also patch this node's Kubernetes Node "
+                   "with annotation rackctl.dev/node-report (in-cluster config, else KUBECONFIG)")
+    d.add_argument("--node-name", metavar="NAME", help="the Kubernetes Node to annotate (default: $NODE_NAME, "
+                   "else this host's name)")
     d.set_defaults(func=cmd_discover)
 
     sim = _sub(sub, "simulate", "write a seeded, deterministic NVL72 fleet inventory (with injected faults)")
@@ -241,6 +245,8 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
     node = collect_node_report(hostname=args.hostname)
     check_node(node, file="<nvml>", place=f"NodeReport of {node['hostname']}")
+    if args.publish_annotation:
+        _publish(args, node)
     text = json.dumps(node, indent=2) + "\n"
     if args.out is not None:
         atomic_write(Path(args.out), text.encode())
@@ -249,6 +255,19 @@ def cmd_discover(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _publish(args: argparse.Namespace, node: dict) -> None:
+    import socket
+
+    from .inventory import k8s_reports
+
+    if args.node_name == "":
+        raise InputError("an empty value; expected a Kubernetes Node name", field="--node-name")
+    name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    k8s_reports.annotation_value(node)  # the size check, before any API call
+    k8s_reports.publish_report(k8s_reports.load_api(), name, node)
+    print(f"annotated Node {name} with {k8s_reports.ANNOTATION}", file=sys.stderr)
 
 
 def _host_from_name(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The fan-out commands of the CLI: ``rackctl collect slurm`` and ``rackctl inventory --from-nodes``.
+"""The fan-out commands of the CLI: ``rackctl collect slurm|kubernetes`` and ``rackctl inventory --from-nodes``.
 
 Kept beside ``cli.py`` (which registers them) so that the command table stays short. Each
 command is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import hostlist
 from .errors import InputError, RackctlError
-from .inventory import labels, slurm_collect
+from .inventory import k8s_reports, labels, slurm_collect
 from .inventory.store import write_inventory
 
 COLLECT_SLURM_HELP = """\
@@ -26,8 +26,21 @@ exit codes:
 """
 
 
+COLLECT_K8S_HELP = f"""\
+Reads the NodeReports that `rackctl discover --publish-annotation` (the agent DaemonSet,
+examples/kubernetes/discover-daemonset.yaml) put on each Node as annotation
+{k8s_reports.ANNOTATION}, and writes them. A Node without a (valid) report falls back to its
+labels (nvidia.com/gpu.clique, as `inventory --from-nodes`) when it has that label, else it is
+listed as missing. Uses the in-cluster config, else KUBECONFIG.
+
+exit codes:
+  0  every node reported; or some did and the others are listed in a warning
+  1  no node reported (nothing written), no Kubernetes access, or bad arguments
+"""
+
+
 def add_collect_parser(sub, make_sub) -> None:
-    """Register ``collect slurm`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
     c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
     engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")
     s = engines.add_parser("slurm", help="through srun, one task per node", description=COLLECT_SLURM_HELP,
@@ -43,6 +56,15 @@ def add_collect_parser(sub, make_sub) -> None:
     s.add_argument("--agent", default="rackctl", metavar="CMD",
                    help="the rackctl executable on the nodes (default %(default)s)")
     s.set_defaults(func=cmd_collect_slurm)
+    k = engines.add_parser("kubernetes", help="read the reports the agent DaemonSet published on the Nodes",
+                           description=COLLECT_K8S_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    k.add_argument("--label-selector", metavar="SEL", help="only the Nodes matching SEL (as kubectl -l)")
+    k.add_argument("--from-file", metavar="NODES", help="read a recorded NodeList (`kubectl get nodes -o "
+                   "yaml|json`) instead of the API")
+    out = k.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    k.set_defaults(func=cmd_collect_kubernetes)
 
 
 def cmd_collect_slurm(args: argparse.Namespace) -> int:
@@ -74,6 +96,54 @@ def cmd_collect_slurm(args: argparse.Namespace) -> int:
         print(f"warning: {len(failed)} node(s) did not report "
               f"({hostlist.compress(_hosts(result.failures))}):", file=sys.stderr)
         print("\n".join(failed), file=sys.stderr)
+    return 0
+
+
+def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
+    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--from-file", args.from_file),
+                        ("--label-selector", args.label_selector)):
+        if value == "":
+            raise InputError("an empty value", field=flag)
+    if args.from_file is not None:
+        if args.label_selector is not None:
+            raise InputError("filters the live Node list only; record a filtered list with `kubectl get nodes "
+                             "-l SEL -o yaml`", field="--label-selector")
+        objects, name = labels.load_node_objects(Path(args.from_file))
+    else:
+        api = k8s_reports.load_api()
+        objects, name = k8s_reports.list_nodes(api, args.label_selector), "<kubernetes API>"
+        objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
+    nodes, missing, notes = [], [], []
+    seen: dict[str, str] = {}
+    for obj in objects:
+        node = obj["metadata"]["name"]
+        report, problem = k8s_reports.read_annotation(obj)
+        if report is None and labels.CLIQUE_LABEL in (obj["metadata"].get("labels") or {}):
+            try:
+                report = labels.node_report(obj, file=name, notes=notes)
+                notes.append(f"node {node}: {problem}; used its labels instead (source {labels.SOURCE})")
+            except InputError as exc:
+                problem = f"{problem}; its labels are unusable too: {exc}"
+        if report is not None and report["hostname"] in seen:
+            report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by node " \
+                                    f"{seen[report['hostname']]}"
+        if report is None:
+            missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
+            missing[-1] = f"  {node}: {missing[-1]}"
+            continue
+        seen[report["hostname"]] = node
+        nodes.append(report)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not nodes:
+        raise RackctlError(f"no node reported ({len(objects)} Node(s) listed); nothing written\n" +
+                           "\n".join(missing[:50]) + (f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""))
+    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                              out_file=Path(args.out) if args.out is not None else None)
+    print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
+    if missing:
+        print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
+        print("\n".join(missing), file=sys.stderr)
     return 0
 
 
