@@ -17,7 +17,6 @@ from . import hostlist, schemas
 from .errors import InputError
 from .yamlsource import SourceMap, load_yaml
 
-API_VERSION = "rackctl.dev/v1alpha1"
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
                 "gpu-disagreement", "not-reporting")
 DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
@@ -54,9 +53,10 @@ class Rack:
     slicing: Slicing
     index: int  # position in the intent's racks list
 
-    @property
+    @functools.cached_property
     def slice_size(self) -> int:
-        """Declared trays per slice (never taken from discovery)."""
+        """Declared trays per slice (never taken from discovery; cached: explicit slices are
+        hostlists, and the planner asks once per slice)."""
         if self.slicing.mode == "explicit":
             sizes = {len(hostlist.expand(hl)) for _, hl in self.slicing.explicit}
             return max(sizes)
