@@ -20,3 +20,22 @@ def fixtures_dir() -> Path:
     if not FIXTURES_DIR.is_dir():
         pytest.skip(f"real-world fixtures not found at {FIXTURES_DIR} (set RACKCTL_FIXTURES)")
     return FIXTURES_DIR
+
+
+@pytest.fixture
+def slurm_bed(tmp_path_factory):
+    """A factory: ``slurm_bed(nodes)`` starts a real slurmctld 24.11 test bed for ``nodes`` (a
+    Slurm hostlist); every bed started is stopped by PID after the test."""
+    from slurmbed import SlurmBed, require_bed
+
+    require_bed()
+    beds: list[SlurmBed] = []
+
+    def start(nodes: str) -> SlurmBed:
+        bed = SlurmBed(tmp_path_factory.mktemp("bed"), nodes)
+        beds.append(bed)
+        return bed
+
+    yield start
+    for bed in beds:
+        bed.stop()

@@ -1,0 +1,90 @@
+"""The real slurmctld test bed (``scripts/slurm-testbed``) as a pytest helper.
+
+``SlurmBed(dir, nodes)`` starts a Slurm 24.11 controller on loopback in its own namespaces;
+``bed.env`` puts its wrappers (scontrol, sbatch, squeue, ...) first on PATH, so ``rackctl`` run
+with that environment talks to it. ``bed.stop()`` stops it by the PIDs in its PID files.
+The bed needs root and the built root file system (``scripts/slurm-testbed build``); without them
+the tests that use it skip, unless ``RACKCTL_REQUIRE_TESTBED=1`` (set by ``.ci/run``) makes that
+a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "slurm-testbed"
+BED_ROOT = Path(os.environ.get("RACKCTL_TESTBED_ROOT") or Path(os.environ.get("XDG_CACHE_HOME")
+                or Path.home() / ".cache") / "rackctl" / "slurm-trixie")
+
+
+def unavailable_reason() -> str | None:
+    """Why the test bed cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the Slurm test bed needs root (namespaces, chroot)"
+    if not (BED_ROOT / "usr" / "sbin").is_dir():
+        return f"no Slurm test bed root at {BED_ROOT}; run scripts/slurm-testbed build"
+    return None
+
+
+def require_bed() -> None:
+    """Skip (or, under RACKCTL_REQUIRE_TESTBED=1, fail) when the bed cannot run."""
+    why = unavailable_reason()
+    if why is None:
+        return
+    if os.environ.get("RACKCTL_REQUIRE_TESTBED") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+class SlurmBed:
+    """One running test bed instance in ``dir`` (``dir/etc`` is its Slurm config dir)."""
+
+    def __init__(self, dir: Path, nodes: str) -> None:
+        self.dir = dir.resolve()
+        self.config_dir = self.dir / "etc"
+        self.bin = self.dir / "bin"
+        self._script("start", str(self.dir), "--nodes", nodes)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for a subprocess that should talk to this controller."""
+        return {**os.environ, "PATH": f"{self.bin}:{os.environ.get('PATH', '')}"}
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run a Slurm command (``scontrol show topology``) against this controller."""
+        proc = subprocess.run([str(self.bin / args[0]), *args[1:]], capture_output=True, text=True,
+                              timeout=60, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def topology(self) -> str:
+        return self.run("scontrol", "show", "topology").stdout
+
+    def node_state(self, node: str) -> tuple[set[str], str]:
+        """(state flags, reason) of one node."""
+        doc = self.json("scontrol", "show", "nodes", node)["nodes"][0]
+        return set(doc["state"]), doc.get("reason") or ""
+
+    def ping(self) -> bool:
+        return "is UP" in self.run("scontrol", "ping", check=False).stdout
+
+    def restart(self) -> None:
+        self._script("restart", str(self.dir))
+
+    def stop(self) -> None:
+        self._script("stop", str(self.dir))
+
+    def _script(self, *args: str) -> None:
+        proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=180, check=False)
+        if proc.returncode != 0:
+            raise AssertionError(f"slurm-testbed {' '.join(args)} failed: {proc.stderr}{proc.stdout}")
