@@ -1,8 +1,9 @@
 """The ClusterIntent: what the platform team declares (``schemas/intent.schema.json``).
 
 ``load_intent(path)`` reads the YAML, validates it against the schema and the rules that need no
-discovery (names, references, slicing arithmetic, overlapping explicit slices, one BlockSizes on
-Slurm 24.11), and returns a frozen ``Intent``. Every error names the file, line and field.
+discovery (names, references, slicing arithmetic, overlapping explicit slices, one BlockSizes
+with topology.conf and one slice size per tier with topology.yaml, unique topology names), and
+returns a frozen ``Intent``. Every error names the file, line and field.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not
 DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
 DEFAULT_MIN_HEALTHY_SHARE = 0.75
 DEFAULT_MAX_MISSING_SHARE = 0.1  # of the declared trays; more missing and the inventory is incomplete
-DEFAULT_IMEX_CHANNELS = 2048  # switch/nvidia_imex imex_channel_count default
+DEFAULT_IMEX_CHANNELS = 2048
+DEFAULT_DRAIN_AFTER_PASSES = 2  # a flapping link must not drain a tray on one bad reading
+DEFAULT_RESUME_AFTER_S = 15 * 60  # switch/nvidia_imex imex_channel_count default
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,17 @@ class Rack:
 
 
 @dataclass(frozen=True)
+class Damping:
+    """How long a tray must stay unhealthy before rackctl drains it, and healthy before rackctl
+    resumes it (``defaults.health``): ``drain_after_passes`` consecutive passes and, when set,
+    ``drain_after_s`` seconds; ``resume_after_s`` seconds."""
+
+    drain_after_passes: int = DEFAULT_DRAIN_AFTER_PASSES
+    drain_after_s: int = 0
+    resume_after_s: int = DEFAULT_RESUME_AFTER_S
+
+
+@dataclass(frozen=True)
 class SlurmPartition:
     """The Slurm side of a tier: one ``PartitionName=`` line (slurm.conf(5) partition options)."""
 
@@ -133,6 +147,7 @@ class Intent:
     tiers: tuple[Tier, ...]
     min_healthy_share: float
     drain_on: frozenset[str]
+    damping: Damping
     imex: str
     max_job_span: str
     slurm: SlurmTarget
@@ -228,6 +243,9 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         tiers=tuple(_tiers(tiers_data, smap)),
         min_healthy_share=float(health.get("minHealthyShare", DEFAULT_MIN_HEALTHY_SHARE)),
         drain_on=frozenset(health.get("drainOn", DRAIN_CAUSES)),
+        damping=Damping(int(health.get("drainAfterPasses", DEFAULT_DRAIN_AFTER_PASSES)),
+                        duration_s(health["drainAfter"]) if "drainAfter" in health else 0,
+                        duration_s(health["resumeAfter"]) if "resumeAfter" in health else DEFAULT_RESUME_AFTER_S),
         imex=data.get("policy", {}).get("imex", "none"),
         max_job_span=data.get("policy", {}).get("maxJobSpan", "slice"),
         slurm=slurm,
@@ -236,6 +254,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)
     _check_block_sizes(intent)
+    _check_topology_names(intent)
     return intent
 
 
@@ -388,19 +407,78 @@ def block_sizes(intent: Intent) -> list[int]:
     """``BlockSizes`` from the declared slice size and ``policy.maxJobSpan`` (topology.conf(5)).
 
     slice -> [base]; rack -> base*2^k up to one rack; cluster -> base*2^k up to the whole
-    cluster, at most 16 levels. Assumes one slice size (checked at load for Slurm < 25.05).
+    cluster, at most 16 levels. One slice size is checked at load for topology.conf; with
+    topology.yaml racks may differ (each tier has one size, see ``tier_block_sizes``), and the
+    whole-cluster topology then gets only the smallest size as its base: blocks of different
+    sizes cannot be aggregated by position.
     """
-    base = min(r.slice_size for r in intent.racks)
+    sizes = {r.slice_size for r in intent.racks}
+    base = min(sizes)
+    if len(sizes) > 1:
+        return [base]
     if intent.max_job_span == "slice":
         top = 1
     elif intent.max_job_span == "rack":
         top = max(r.slice_count for r in intent.racks)
     else:
         top = sum(r.slice_count for r in intent.racks)
+    return _doubling(base, top)
+
+
+def _doubling(base: int, top: int) -> list[int]:
+    """``base * 2^k`` for every ``2^k <= top``, at most 16 levels."""
     sizes = [base]
     while len(sizes) < 16 and 2 ** len(sizes) <= top:
         sizes.append(base * 2 ** len(sizes))
     return sizes
+
+
+def tier_slices_per_rack(intent: Intent, tier: Tier) -> dict[str, int]:
+    """Rack name -> how many of its declared slices ``tier`` serves (a rack name serves all)."""
+    out: dict[str, int] = {}
+    for ref in tier.slices:
+        rack_name, _, sub = ref.partition("/")
+        rack = intent.rack(rack_name)
+        if rack is not None:
+            out[rack_name] = rack.slice_count if not sub else min(out.get(rack_name, 0) + 1, rack.slice_count)
+    return out
+
+
+def tier_block_sizes(intent: Intent, tier: Tier) -> list[int]:
+    """``block_sizes`` of ``tier``'s own topology in topology.yaml (Slurm 25.05+), from the
+    declared size of the slices it serves (one size per tier, checked at load).
+
+    slice -> [base]; rack -> base*2^k up to the slices the tier serves in one rack, when it
+    serves the same power-of-two count in every rack (its blocks of one rack are then
+    consecutive and aligned), else [base]; cluster -> base*2^k up to every slice the tier serves.
+    """
+    per_rack = tier_slices_per_rack(intent, tier)
+    racks = [r for r in intent.racks if r.name in per_rack]
+    if not racks:
+        return []
+    base = min(r.slice_size for r in racks)
+    if intent.max_job_span == "slice":
+        top = 1
+    elif intent.max_job_span == "rack":
+        counts = set(per_rack.values())
+        top = counts.pop() if len(counts) == 1 else 1
+        top = top if top & (top - 1) == 0 else 1
+    else:
+        top = sum(per_rack.values())
+    return _doubling(base, top)
+
+
+def _check_topology_names(intent: Intent) -> None:
+    """topology.yaml names its whole-cluster topology after the cluster and each tier's after the
+    tier; Slurm needs them unique."""
+    if intent.slurm.topology_file != "topology.yaml":
+        return
+    for i, tier in enumerate(intent.tiers):
+        if tier.name == intent.name:
+            raise intent.source.error(("tiers", i, "name"), f"tier {tier.name!r} has the cluster's name; "
+                                      "topology.yaml names the whole-cluster topology after metadata.name and "
+                                      "each tier's topology after the tier, and topology names must be unique",
+                                      hint="rename the tier or metadata.name")
 
 
 def _check_block_sizes(intent: Intent) -> None:
@@ -408,15 +486,24 @@ def _check_block_sizes(intent: Intent) -> None:
     if len(sizes) > 1:
         by_size = {s: [r.name for r in intent.racks if r.slice_size == s] for s in sorted(sizes)}
         detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in by_size.items())
-        if intent.slurm.version < (25, 5):
-            raise intent.source.error(("racks",), f"slices of different sizes ({detail}); Slurm "
-                                      f"{intent.slurm.version_text} has one BlockSizes for the whole cluster",
-                                      hint="use one slice size in every rack (Slurm 25.05+ could hold several sizes as separate "
-                                      "topologies in topology.yaml; rackctl does not render that yet)")
-        raise intent.source.error(("racks",), f"slices of different sizes ({detail}); rackctl renders one "
-                                  "block topology with one BlockSizes",
-                                  hint="use one slice size (separate topology.yaml topologies per slice "
-                                  "size are not rendered yet)")
+        if intent.slurm.topology_file != "topology.yaml":
+            where = (f"Slurm {intent.slurm.version_text}" if intent.slurm.version < (25, 5)
+                     else f"topology.conf on Slurm {intent.slurm.version_text}")
+            raise intent.source.error(("racks",), f"slices of different sizes ({detail}); {where} has one "
+                                      "BlockSizes for the whole cluster",
+                                      hint="use one slice size in every rack (on Slurm 25.05+, topologyFile: "
+                                      "topology.yaml renders one topology per tier, each with its own sizes)")
+        # topology.yaml: one topology per tier, so each tier needs one slice size.
+        for i, tier in enumerate(intent.tiers):
+            tier_sizes: dict[int, list[str]] = {}
+            for r in intent.racks:
+                if r.name in tier_slices_per_rack(intent, tier):
+                    tier_sizes.setdefault(r.slice_size, []).append(r.name)
+            if len(tier_sizes) > 1:
+                detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in sorted(tier_sizes.items()))
+                raise intent.source.error(("tiers", i, "slices"), f"tier {tier.name} serves slices of different "
+                                          f"sizes ({detail}); its topology in topology.yaml has one block_sizes",
+                                          hint="serve one slice size per tier (split the tier in two)")
     if intent.max_job_span == "rack":
         counts = {r.slice_count for r in intent.racks}
         if len(counts) > 1 or any(c & (c - 1) for c in counts):

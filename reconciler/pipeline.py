@@ -9,18 +9,21 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import freshness
-from .diagnostics import SEVERITIES, Diagnostic
+from . import controllercheck, freshness
+from .diagnostics import INFO, SEVERITIES, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
 from .intent import Intent, load_intent
 from .inventory.store import load_inventory
+from .nodestates import NodePlan, plan_nodes
 from .plan import Plan, build_plan
 from .planner import DesiredSlurm, plan_slurm
 from .render.slurm import render_slurm
 from .statedir import AppliedRecord, StateDir
 from .targets import slurm as slurm_target
+from .targets import slurm_controller
 from .targets.slurm import LiveSlurm
+from .targets.slurm_controller import Controller
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Run:
     record: AppliedRecord | None
     state: StateDir
     plan: Plan
+    controller: Controller | None
+    nodes: NodePlan
 
 
 def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> Intent:
@@ -49,10 +54,15 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
     return intent
 
 
-def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None) -> Run:
-    """Plan one run (``now``: when the inventory's age is judged; default: the clock).
+def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
+            show_users: bool = False) -> Run:
+    """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
-    Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
+    The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
+    controller that does not answer is an error, never "nothing live". ``show_users``: name the
+    owners of running jobs in the plan. Raises ``InputError``/``TargetError`` for unreadable or
+    invalid input."""
+    now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
                          file=intent.source.file, field="inventory")
@@ -64,7 +74,22 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None) 
     files = render_slurm(intent, desired)
     diags: list[Diagnostic] = list(desired.diagnostics)
     diags += slurm_target.check(intent, live, desired.placed_hosts)
-    diags += freshness.check(intent, nodes, desired, set(fabric.trays), now or dt.datetime.now(dt.timezone.utc))
+    diags += freshness.check(intent, nodes, desired, set(fabric.trays), now)
+    ctl, view = None, None
+    if offline:
+        diags.append(Diagnostic(INFO, "controller-not-read", "the running controller was not read (--offline): "
+                                "planned from the files alone; node drains are listed, not applied", "slurm"))
+    elif not slurm_controller.client_available():
+        diags.append(Diagnostic(INFO, "controller-not-read", "scontrol is not on PATH: planned from the files "
+                                "alone; node drains are listed, not applied", "slurm"))
+    else:
+        ctl = slurm_controller.read_controller()
+        view = controllercheck.compare(intent, desired, live, ctl)
+        diags += view.diagnostics
+    slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
+    node_plan = plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, state.read_health(),
+                           intent.damping, now)
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
-    plan = build_plan(intent, desired, files, live, record, diags)
-    return Run(intent, desired, files, live, record, state, plan)
+    plan = build_plan(intent, desired, files, live, record, diags, node_plan, view)
+    plan.show_users = show_users
+    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan)

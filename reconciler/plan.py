@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import __version__, hostlist, slurmconf
+from .controllercheck import ControllerView
 from .diagnostics import ERROR, WARNING, Diagnostic, has_errors
 from .freshness import STALE_CODES
 from .intent import Intent
+from .nodestates import NodePlan
 from .planner import DesiredSlurm
 from .render.slurm import partition_options
 from .statedir import AppliedRecord, digest
@@ -22,15 +24,20 @@ from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions
 from .yamlsource import display_path
 
 FORMAT_VERSION = "1"
-ACTIONS = ("create", "update", "delete", "move")
+ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload")
+KINDS = ("file", "block", "partition", "setting", "node", "controller")
+#: Settings of the include file that slurmctld and every slurmd take only on a restart
+#: (slurm.conf(5)); rackctl never restarts daemons, the plan says so.
+RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld")
 CAUSES = ("intent", "drift")
 
 
 @dataclass(frozen=True)
 class Change:
-    """One change. ``kind``: file | block | partition | setting. ``address``: ``slurm/file/NAME``,
-    ``slurm/block/NAME``, ``slurm/partition/NAME`` or ``slurm/setting/KEY``. ``diff``: a unified
-    diff for files."""
+    """One change. ``kind``: file | block | partition | setting | node | controller. ``address``:
+    ``slurm/file/NAME``, ``slurm/block/NAME``, ``slurm/partition/NAME``, ``slurm/setting/KEY``,
+    ``slurm/node/HOST`` (drain, resume) or ``slurm/controller/reconfigure`` (reload: files written,
+    not loaded). ``diff``: a unified diff for files."""
 
     kind: str
     address: str
@@ -49,7 +56,9 @@ class Change:
 
 @dataclass
 class Plan:
-    """A whole plan. ``file_changes`` decide the exit code; ``resource_changes`` explain them."""
+    """A whole plan. ``file_changes``, ``node_changes`` and ``controller_changes`` are what apply
+    does (they decide the exit code); ``resource_changes`` explain the file changes.
+    ``controller``: the live controller's view, None when it was not read."""
 
     cluster: str
     target: dict[str, Any]
@@ -59,10 +68,19 @@ class Plan:
     node_states: list[dict[str, str]]
     block_sizes: list[int]
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    node_changes: list[Change] = field(default_factory=list)
+    controller_changes: list[Change] = field(default_factory=list)
+    controller: ControllerView | None = None
+    show_users: bool = False
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.file_changes)
+        return bool(self.file_changes or self.node_changes or self.controller_changes)
+
+    @property
+    def restart_required(self) -> list[Change]:
+        """Setting changes that take effect only when slurmctld and slurmd are restarted."""
+        return [c for c in self.resource_changes if c.kind == "setting" and "restart required" in c.reason]
 
     @property
     def stale_inventory(self) -> list[Diagnostic]:
@@ -85,16 +103,23 @@ class Plan:
         return 2 if self.has_changes or hardware else 0
 
     def summary(self) -> dict[str, int]:
-        counts = {f"{k}_{a}": 0 for k in ("file", "block", "partition", "setting") for a in ACTIONS}
-        for c in self.file_changes + self.resource_changes:
-            counts[f"{c.kind}_{c.action}"] += 1
-        counts = {k: v for k, v in counts.items() if v}
+        counts: dict[str, int] = {}
+        for c in self.changes:
+            if c.kind != "node":
+                counts[f"{c.kind}_{c.action}"] = counts.get(f"{c.kind}_{c.action}", 0) + 1
         counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
         # Drains are counted apart: they are listed under node states, not among the warnings.
         counts["warnings"] = sum(d.severity == WARNING and d.code != "node-drain" for d in self.diagnostics)
-        counts["node_drains"] = len(self.node_states)
+        actions = [s.get("action") for s in self.node_states]
+        counts["node_drains"] = actions.count("drain")
+        counts["node_resumes"] = actions.count("resume")
+        counts["node_pending"] = actions.count("pending-drain") + actions.count("pending-resume")
         counts["drift"] = len(self.drift)
         return counts
+
+    @property
+    def changes(self) -> list[Change]:
+        return self.file_changes + self.resource_changes + self.controller_changes + self.node_changes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,17 +128,21 @@ class Plan:
             "cluster": self.cluster,
             "target": self.target,
             "summary": self.summary(),
-            "changes": [c.to_json() for c in self.file_changes + self.resource_changes],
+            "changes": [c.to_json() for c in self.changes],
             "drift": self.drift,
             "node_states": self.node_states,
             "block_sizes": self.block_sizes,
+            "controller": self.controller.to_json(self.show_users) if self.controller else None,
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
 
 def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
-               record: AppliedRecord | None, diagnostics: list[Diagnostic]) -> Plan:
-    """Compare desired files with live ones; explain file changes as block/partition changes."""
+               record: AppliedRecord | None, diagnostics: list[Diagnostic], nodes: NodePlan,
+               controller: ControllerView | None = None) -> Plan:
+    """Compare desired files with live ones; explain file changes as block/partition/setting
+    changes; add this pass's node drains/resumes and, when the controller was read, a reload for
+    files written but not loaded."""
     file_changes: list[Change] = []
     drift: list[dict[str, str]] = []
     causes: dict[str, str] = {}
@@ -138,7 +167,16 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
         if t.topology_file.endswith(".conf"):
             resources += _block_sizes_change(topo, desired, cause)
     if t.include_file in causes:
+        resources += _setting_changes(live.files.get(t.include_file), files[t.include_file], causes[t.include_file])
         resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
+    node_changes = [Change("node", f"slurm/node/{r.node}", r.action, "intent", r.reason)
+                    for r in nodes.rows if r.action in ("drain", "resume")]
+    controller_changes = []
+    if controller is not None and controller.not_loaded and not file_changes:
+        controller_changes.append(Change("controller", "slurm/controller/reconfigure", "reload", "drift",
+                                         "; ".join(controller.not_loaded)))
+    for why in controller.not_loaded if controller is not None else ():
+        drift.append({"address": "slurm/controller", "cause": "drift", "detail": why})
     return Plan(
         cluster=intent.name,
         target={"kind": "slurm", "version": t.version_text, "configDir": display_path(t.config_dir),
@@ -146,10 +184,12 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
         file_changes=file_changes,
         resource_changes=resources,
         drift=drift,
-        node_states=[{"node": s.host, "state": s.state, "reason": s.reason, "slice": s.slice_name}
-                     for s in desired.node_states],
+        node_states=[r.to_json() for r in nodes.rows],
         block_sizes=desired.block_sizes,
         diagnostics=diagnostics,
+        node_changes=node_changes,
+        controller_changes=controller_changes,
+        controller=controller,
     )
 
 
@@ -195,6 +235,30 @@ def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, caus
         return []
     return [Change("setting", "slurm/setting/BlockSizes", "create" if old is None else "update", cause,
                    f"BlockSizes {old or '(unset)'} -> {new}")]
+
+
+def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> list[Change]:
+    """Global ``Key=value`` lines of the include file (not PartitionName lines)."""
+    old, new = _settings(live_include), _settings(include)
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        action = "create" if key not in old else "delete" if key not in new else "update"
+        reason = f"{key} {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
+        if key in RESTART_SETTINGS:
+            reason += " (restart required: slurmctld and every slurmd; rackctl does not restart them)"
+        out.append(Change("setting", f"slurm/setting/{key}", action, cause, reason))
+    return out
+
+
+def _settings(data: bytes | None) -> dict[str, str]:
+    out = {}
+    for line in slurmconf.parse((data or b"").decode("utf-8", errors="replace")):
+        head = line.head
+        if head and head[0].lower() not in ("partitionname", "nodename", "include"):
+            out[head[0]] = head[1]
+    return out
 
 
 def _partition_changes(live_include: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:

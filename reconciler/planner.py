@@ -5,39 +5,64 @@ cliques, and laid out as topology/block blocks whose positions stay stable acros
 builds aggregate blocks from consecutive blocks, so a moved block changes placement).
 Degraded racks follow the design's rule: an unhealthy or missing tray stays in its block and is
 drained in place; a slice below ``minHealthyShare`` is drained whole.
+
+Version-aware: with topology.conf (Slurm 24.11, or 25.05+ by choice) a slice that is gone is
+removed and later blocks shift (an empty block is fatal to 24.11). With topology.yaml (Slurm
+25.05+) its position is held by an empty placeholder block, and the desired state also lists
+the topologies of that file: a whole-cluster one (``cluster_default``) holding every block in
+position order, then one per tier holding the blocks of the slices the tier serves.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import hostlist
 from .diagnostics import ERROR, INFO, WARNING, Diagnostic
 from .fabric import Fabric, Tray
-from .intent import Intent, Rack, SlurmPartition, block_sizes
+from .intent import Intent, Rack, SlurmPartition, block_sizes, tier_block_sizes, tier_slices_per_rack
 
 
 @dataclass(frozen=True)
 class Block:
     """One topology/block entry: ``name`` (``r01-s0``) rendered from ``slice_name`` (``r01/s0``);
-    ``nodes`` every tray of the slice in natural hostname order."""
+    ``nodes`` every tray of the slice in natural hostname order. A block without nodes is a
+    placeholder (topology.yaml only): it holds the position of a slice that is gone."""
 
     name: str
     slice_name: str
     rack: str
     nodes: tuple[str, ...]
 
+    @property
+    def placeholder(self) -> bool:
+        return not self.nodes
+
 
 @dataclass(frozen=True)
 class Partition:
     """One ``PartitionName=`` line for a tier. ``max_nodes`` (trays) is set when ``maxJobSpan`` is
-    slice or rack: the largest job that fits the span."""
+    slice or rack: the largest job that fits the span in this tier. ``topology``: the
+    topology.yaml topology its jobs use (``Topology=``, Slurm 25.05+), None with topology.conf."""
 
     tier: str
     spec: SlurmPartition
     nodes: tuple[str, ...]
     max_nodes: int | None
+    topology: str | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One block topology of topology.yaml (topology.yaml(5), Slurm 25.05+): ``name`` (the
+    cluster's for the whole-cluster one, else the tier's), ``blocks`` in position order
+    (placeholders included) and ``block_sizes`` (its ``BlockSizes``)."""
+
+    name: str
+    cluster_default: bool
+    block_sizes: tuple[int, ...]
+    blocks: tuple[Block, ...]
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,7 @@ class DesiredSlurm:
     node_states: list[NodeState]
     imex: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)  # topology.yaml only
 
     @property
     def placed_hosts(self) -> set[str]:
@@ -69,9 +95,12 @@ class DesiredSlurm:
 @dataclass(frozen=True)
 class History:
     """Blocks as last applied (from rackctl's record, else parsed from the live topology file),
-    in position order: ``(block name, nodes)``."""
+    in position order: ``(block name, nodes)``; a placeholder has no nodes. ``topologies``: the
+    block names of each topology of the live topology.yaml, ``(topology name, block names)``
+    (empty with topology.conf), so that a tier's topology keeps its placeholders too."""
 
     blocks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def block_name(slice_name: str) -> str:
@@ -90,7 +119,8 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
     owner = _match_racks(intent, fabric, diags)
     hist_by_rack: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
     for name, nodes in history.blocks:
-        hist_by_rack[rack_of_block(name)].append((name, nodes))
+        if nodes:  # a placeholder holds a position, no trays
+            hist_by_rack[rack_of_block(name)].append((name, nodes))
 
     matched: dict[str, list[str]] = defaultdict(list)
     for host, rack_name in owner.items():
@@ -109,11 +139,15 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
 
     blocks = _layout(intent, slices, history, diags)
     partitions = _partitions(intent, slices, diags)
+    topologies: list[Topology] = []
+    if intent.slurm.topology_file == "topology.yaml":
+        topologies = _topologies(intent, slices, blocks, history, diags)
+        partitions = [replace(p, topology=p.tier) for p in partitions]
     unplaced = sorted(set(fabric.trays) - {h for b in blocks for h in b.nodes}, key=hostlist.natural_key)
     if unplaced:
         diags.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
                                 f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
-    return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags)
+    return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags, topologies)
 
 
 def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[str, str]:
@@ -316,7 +350,10 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
     """Order blocks: racks keep their applied positions, new racks and slices are appended.
 
     A rack's slices stay consecutive; with the same slice count in every rack (required for
-    aggregate blocks) each rack then starts at a multiple of its slice count.
+    aggregate blocks) each rack then starts at a multiple of its slice count. A block applied
+    before whose slice is gone is removed (later blocks shift) with topology.conf; with
+    topology.yaml an empty placeholder block keeps its position instead, as long as an applied
+    block comes after it (a trailing one is simply dropped: nothing would shift).
     """
     hist_index = {name: i for i, (name, _) in enumerate(history.blocks)}
     big = len(hist_index) + len(intent.racks)
@@ -352,13 +389,20 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
     for (first, second), hosts in clashes.items():
         diags.append(Diagnostic(ERROR, "host-two-slices", f"{hostlist.compress(hosts)}: in slices {first} and "
                                 f"{second}; a tray belongs to exactly one slice", second))
+    removed = [n for n in hist_index if n not in seen]
+    if intent.slurm.topology_file == "topology.yaml":
+        blocks = _hold_positions(blocks, removed, hist_index, diags)
+        removed = [n for n in removed if n not in {b.name for b in blocks}]
+        for n in removed:
+            diags.append(Diagnostic(WARNING, "block-removed", f"block {n} is removed; it was the last applied "
+                                    "block, so no other block moves", n))
+        removed = []
     for i, b in enumerate(blocks):
         old = hist_index.get(b.name)
         if old is not None and old != i:
             diags.append(Diagnostic(WARNING, "block-moved", f"block {b.name} moves from position {old} to {i}: "
                                     "Slurm's aggregate blocks are rebuilt (disruptive for running placement)",
                                     b.name))
-    removed = [n for n in hist_index if n not in seen]
     for n in removed:
         diags.append(Diagnostic(WARNING, "block-removed", f"block {n} is removed; later blocks shift on Slurm "
                                 f"{intent.slurm.version_text} (disruptive)", n))
@@ -367,16 +411,39 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
     return blocks
 
 
+def _hold_positions(blocks: list[Block], removed: list[str], hist_index: dict[str, int],
+                    diags: list[Diagnostic]) -> list[Block]:
+    """Put an empty placeholder block (topology.yaml(5): a block without ``nodes``) where each
+    removed block was, before the first applied block that came after it; removed blocks with
+    no applied block after them are left out."""
+    pending = sorted(removed, key=hist_index.__getitem__)
+    out: list[Block] = []
+    for b in blocks:
+        at = hist_index.get(b.name)
+        while at is not None and pending and hist_index[pending[0]] < at:
+            name = pending.pop(0)
+            out.append(Block(name, name.replace("-", "/", 1), rack_of_block(name), ()))
+        out.append(b)
+    for i, b in enumerate(out):
+        if b.placeholder:
+            diags.append(Diagnostic(INFO, "block-placeholder", f"block {b.name}: its slice is gone; an empty "
+                                    f"placeholder block keeps position {i} so that later blocks keep theirs "
+                                    "(topology.yaml, Slurm 25.05+)", b.name))
+    return out
+
+
 def _partitions(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]],
                 diags: list[Diagnostic]) -> list[Partition]:
     by_slice = {name: members for ss in slices.values() for name, members in ss}
     out = []
     # BlockSizes only sets aggregation levels: measured on Slurm 24.11.5, a 19-node job still
-    # spans two 18-tray racks. MaxNodes is what keeps a job inside a slice or a rack.
-    max_nodes = {"slice": min((r.slice_size for r in intent.racks), default=0),
-                 "rack": min((r.slice_size * r.slice_count for r in intent.racks), default=0),
-                 "cluster": None}[intent.max_job_span]
+    # spans two 18-tray racks. MaxNodes is what keeps a job inside a slice or a rack (of the
+    # racks this tier serves: with topology.yaml, tiers may have different slice sizes).
     for tier in intent.tiers:
+        racks = [r for r in intent.racks if r.name in tier_slices_per_rack(intent, tier)]
+        max_nodes = {"slice": min((r.slice_size for r in racks), default=0),
+                     "rack": min((r.slice_size * r.slice_count for r in racks), default=0),
+                     "cluster": None}[intent.max_job_span]
         nodes: dict[str, None] = {}
         for ref in tier.slices:
             refs = [n for n, _ in slices.get(ref, [])] if "/" not in ref else [ref]
@@ -390,4 +457,31 @@ def _partitions(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]],
     if not intent.tiers:
         diags.append(Diagnostic(INFO, "no-tiers", "the intent names no tiers; no partition is rendered",
                                 "tiers"))
+    return out
+
+
+def _topologies(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], blocks: list[Block],
+                history: History, diags: list[Diagnostic]) -> list[Topology]:
+    """The topologies of topology.yaml: first the whole-cluster one, ``cluster_default`` (every
+    block in position order: partitions rackctl does not render and cluster-wide operations use
+    it, topology.yaml(5)), then one per tier, named after the tier, with the blocks of the slices
+    the tier serves in the same order. A tier's topology keeps a placeholder where it held a block
+    that is gone (per the live topology.yaml), unless nothing of the tier follows it."""
+    out = [Topology(intent.name, True, tuple(block_sizes(intent)), tuple(blocks))]
+    held = dict(history.topologies)
+    for tier in intent.tiers:
+        served: set[str] = set()
+        for ref in tier.slices:
+            served.update([n for n, _ in slices.get(ref, [])] if "/" not in ref else [ref])
+        before = set(held.get(tier.name, ()))
+        mine = [b for b in blocks if (b.slice_name in served and not b.placeholder)
+                or (b.placeholder and b.name in before)]
+        while mine and mine[-1].placeholder:
+            mine.pop()
+        sizes = tier_block_sizes(intent, tier)
+        if intent.max_job_span == "rack" and len(sizes) == 1 and max(tier_slices_per_rack(intent, tier).values()) > 1:
+            diags.append(Diagnostic(INFO, "tier-block-sizes", f"tier {tier.name}: block_sizes {sizes[0]} only; it "
+                                    "does not serve the same power-of-two number of slices in each of its racks, "
+                                    "so its blocks of one rack cannot be aggregated by position", tier.name))
+        out.append(Topology(tier.name, False, tuple(sizes), tuple(mine)))
     return out

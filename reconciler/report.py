@@ -8,7 +8,9 @@ import json
 from .diagnostics import ERROR, INFO, WARNING
 from .plan import Plan
 
-_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~"}
+_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~"}
+_NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
+                "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
 
 
 def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
@@ -36,10 +38,14 @@ def summary_line(plan: Plan) -> str:
 
     parts = [p for p in (part("file", "files"), part("block", "blocks"), part("partition", "partitions"),
                          part("setting", "settings")) if p]
+    if plan.controller_changes:
+        parts.append("controller: reconfigure (files written, not loaded)")
     head = "; ".join(parts) if parts else "No changes. The Slurm files match the intent"
     tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
-    if s["node_drains"]:
-        tail = f"{s['node_drains']} node(s) to drain, " + tail
+    for key, label in (("node_pending", "held by damping"), ("node_resumes", "to resume"),
+                       ("node_drains", "to drain")):
+        if s[key]:
+            tail = f"{s[key]} node(s) {label}, " + tail
     if s["drift"]:
         tail = f"{s['drift']} drifted file(s), " + tail
     return f"Plan: {head}. {tail}."
@@ -54,17 +60,20 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Drift (changed outside rackctl since the last apply):")
         out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
         out.append("")
-    if plan.resource_changes or plan.file_changes:
+    if plan.resource_changes or plan.file_changes or plan.controller_changes:
         out.append("Changes:")
-        for c in plan.resource_changes:
+        for c in plan.resource_changes + plan.controller_changes:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
         for c in plan.file_changes:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
             out += ["      " + line for line in c.diff.splitlines()]
         out.append("")
+    out += _controller_text(plan)
     if plan.node_states:
-        out.append("Node states (applied by the live Slurm target; listed only):")
-        out += [f"  {s['state']} {s['node']} (slice {s['slice']}): {s['reason']}" for s in plan.node_states]
+        out.append("Node states:")
+        for s in plan.node_states:
+            note = f" [{s['note']}]" if s.get("note") else ""
+            out.append(f"  {_NODE_ACTION[s['action']]}: {s['node']} (slice {s['slice']}): {s['reason']}{note}")
         out.append("")
     for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
         items = [d for d in plan.diagnostics if d.severity == sev and d.code != "node-drain"]
@@ -74,6 +83,29 @@ def _text(plan: Plan, command: str) -> str:
             out.append("")
     out.append(summary_line(plan))
     return "\n".join(out) + "\n"
+
+
+def _controller_text(plan: Plan) -> list[str]:
+    """The live controller: version, loaded or not, busy re-sliced trays, blocks with node trouble."""
+    view = plan.controller
+    if view is None:
+        return []
+    out = [f"Controller (Slurm {view.version}): " + ("runs the files on disk" if not view.not_loaded
+                                                    else "files written, NOT loaded")]
+    out += [f"  ! {why}" for why in view.not_loaded]
+    for b in view.busy:
+        who = f" (users {', '.join(b['users'])})" if plan.show_users else ""
+        out.append(f"  ! busy: {b['node']} runs job(s) {', '.join(map(str, b['jobs']))}{who}; block "
+                   f"{b['from'] or '(none)'} -> {b['to'] or '(none)'}")
+    for b in view.blocks:
+        bits = [f"{len(b['drained'])} drained ({', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained'])})"
+                if b["drained"] else "",
+                f"{len(b['down'])} down ({', '.join(d['node'] for d in b['down'])})" if b["down"] else "",
+                f"{b['allocated']} allocated" if b["allocated"] else ""]
+        bits = [x for x in bits if x]
+        if bits:
+            out.append(f"  block {b['block']} ({b['nodes']} nodes): {'; '.join(bits)}")
+    return out + [""]
 
 
 def _markdown(plan: Plan, command: str) -> str:
@@ -94,9 +126,12 @@ def _markdown(plan: Plan, command: str) -> str:
             out += [f"<details><summary>{c.address}</summary>", "", "```diff", c.diff.rstrip("\n"), "```",
                     "", "</details>", ""]
     if plan.node_states:
-        out += ["#### Node states (listed only)", "", "| node | state | reason |", "|---|---|---|"]
-        out += [f"| `{s['node']}` | {s['state']} | {s['reason']} |" for s in plan.node_states]
+        out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
+        out += [f"| `{s['node']}` | {_NODE_ACTION[s['action']]} | {s['reason']} | {s.get('note', '')} |"
+                for s in plan.node_states]
         out.append("")
+    if plan.controller is not None:
+        out += ["#### Controller", ""] + [f"    {line}" for line in _controller_text(plan)[1:]]
     diags = [d for d in plan.diagnostics if d.code != "node-drain"]
     if diags:
         out += ["#### Diagnostics", "", "| severity | code | message |", "|---|---|---|"]

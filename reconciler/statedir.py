@@ -6,6 +6,7 @@ Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``
 
     <cluster>/lock                  flock(2) lock; holds "PID on HOST" of the holder
     <cluster>/applied.json          last successful apply (file digests, block layout)
+    <cluster>/health.json           per-tray health history for drain/resume damping
     <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)
 """
 
@@ -26,6 +27,7 @@ from typing import Any, Iterator
 from .atomicfile import atomic_write
 from . import hostlist
 from .errors import InputError, TargetError
+from .nodestates import HealthHistory
 from .yamlsource import read_bytes_capped
 
 RECORD_FORMAT = 1
@@ -99,6 +101,27 @@ class StateDir:
         except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:
             why = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
             raise TargetError(f"{f}: malformed apply record ({why})", hint=hint) from None
+
+    def read_health(self) -> HealthHistory:
+        """The trays' health history (empty when none yet). Raises ``TargetError`` when it exists
+        but cannot be read."""
+        f = self.path / "health.json"
+
+        def unreadable(why: str) -> TargetError:
+            return TargetError(f"{f}: unreadable health history ({why})",
+                               hint="move it away; damping then starts over")
+
+        raw = read_bytes_capped(f, what="health history", max_bytes=MAX_RECORD_BYTES, error=unreadable)
+        if raw is None:
+            return HealthHistory()
+        try:
+            return HealthHistory.from_json(json.loads(raw.decode("utf-8")))
+        except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise unreadable(f"{type(exc).__name__}: {exc}") from None
+
+    def write_health(self, history: HealthHistory) -> None:
+        atomic_write(self.path / "health.json", (json.dumps(history.to_json(), indent=1) + "\n").encode(),
+                     default_mode=0o600)
 
     def write_record(self, record: AppliedRecord) -> None:
         doc: dict[str, Any] = {

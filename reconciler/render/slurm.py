@@ -1,7 +1,10 @@
 """Render the desired Slurm state as the two files rackctl owns in the Slurm config dir.
 
 ``topology.conf`` follows topology.conf(5) (topology/block: ``BlockName=``/``Nodes=`` lines and
-``BlockSizes=``), ``topology.yaml`` (Slurm 25.05+) topology.yaml(5) with one block topology; the include file holds ``PartitionName=`` lines (slurm.conf(5)) and, for
+``BlockSizes=``); ``topology.yaml`` (Slurm 25.05+) follows topology.yaml(5): a whole-cluster
+block topology marked ``cluster_default``, then one block topology per tier, where a placeholder
+block is written without ``nodes``. The include file holds ``PartitionName=`` lines
+(slurm.conf(5); with topology.yaml each names its tier's topology with ``Topology=``) and, for
 per-job IMEX, the ``switch/nvidia_imex`` settings. Text comes from jinja2 templates rendered with
 ``StrictUndefined``; only names already validated by the intent schema reach them, and each value
 is checked again here so nothing can inject a line.
@@ -15,7 +18,7 @@ import jinja2
 
 from .. import hostlist
 from ..intent import DEFAULT_IMEX_CHANNELS, Intent
-from ..planner import DesiredSlurm, Partition
+from ..planner import Block, DesiredSlurm, Partition
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
@@ -38,18 +41,26 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
     # The intent's file name goes into a comment line: nothing in it may end that line.
     common = {"cluster": intent.name, "intent_file": _UNPRINTABLE.sub("?", intent.path.name)}
     topo = _env.get_template(f"{intent.slurm.topology_file}.j2").render(
-        blocks=[{"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes))} for b in desired.blocks],
-        block_sizes=desired.block_sizes, **common)
+        blocks=[_block(b) for b in desired.blocks], block_sizes=desired.block_sizes,
+        topologies=[{"name": _safe(t.name), "cluster_default": t.cluster_default, "block_sizes": list(t.block_sizes),
+                     "blocks": [_block(b) for b in t.blocks]} for t in desired.topologies], **common)
     include = _env.get_template("include.conf.j2").render(
         include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=DEFAULT_IMEX_CHANNELS,
         partitions=[_partition(p) for p in desired.partitions], **common)
     return {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
 
 
+def _block(b: Block) -> dict:
+    # A placeholder (no nodes) renders without a hostlist; only topology.yaml ever has one.
+    return {"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes)) if b.nodes else ""}
+
+
 def partition_options(p: Partition) -> list[tuple[str, str]]:
     """The options of one ``PartitionName=`` line after ``Nodes=``, in rendering order."""
     s = p.spec
     opts: list[tuple[str, str]] = []
+    if p.topology:
+        opts.append(("Topology", p.topology))
     if s.qos:
         opts.append(("QOS", s.qos))
     if s.allow_qos:

@@ -37,7 +37,8 @@ class LiveSlurm:
     topology_plugin: str | None = None
     includes: list[str] = field(default_factory=list)
     node_names: set[str] | None = None
-    stray_topology_yaml: bool = False
+    stray_topology_yaml: bool = False  # a topology.yaml beside the managed topology.conf
+    stray_topology_conf: bool = False  # a topology.conf beside the managed topology.yaml
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
@@ -58,6 +59,7 @@ def read_live(intent: Intent) -> LiveSlurm:
     for name in (t.topology_file, t.include_file):
         live.files[name] = _read(cdir / name)
     live.stray_topology_yaml = t.topology_file == "topology.conf" and (cdir / "topology.yaml").exists()
+    live.stray_topology_conf = t.topology_file == "topology.yaml" and (cdir / "topology.conf").exists()
     conf = _read(cdir / "slurm.conf")
     if conf is None:
         live.diagnostics.append(Diagnostic(WARNING, "slurm-conf-missing", f"{display_path(cdir / 'slurm.conf')} not found; "
@@ -112,13 +114,30 @@ def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: Liv
 
 
 def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagnostic]:
-    """Diagnostics about the live config that block rendering (slurm.conf(5) settings)."""
+    """Diagnostics about the live config that block rendering (slurm.conf(5) settings, and a
+    stray topology file: Slurm reads topology.yaml first and then ignores topology.conf
+    (topology.yaml(5)); 24.11 never reads topology.yaml. Either way one of the two files would
+    look live and be dead, so rackctl refuses until the stray one is moved away)."""
     t = intent.slurm
     diags = list(live.diagnostics)
+    cdir = display_path(live.config_dir)
     if live.stray_topology_yaml and t.version >= (25, 5):
         diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{display_path(live.config_dir / 'topology.yaml')} exists next to "
-                                "the managed topology.conf; Slurm 25.05+ then ignores topology.conf",
-                                "topology.yaml"))
+                                f"the managed topology.conf; Slurm {t.version_text} reads topology.yaml first and then "
+                                f"ignores topology.conf, so the blocks rackctl renders would never be used; move "
+                                f"topology.yaml out of {cdir}, or set targets.slurm.topologyFile: topology.yaml to "
+                                "have rackctl render that file instead", "topology.yaml"))
+    elif live.stray_topology_yaml:
+        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{display_path(live.config_dir / 'topology.yaml')} exists next to "
+                                f"the managed topology.conf; Slurm {t.version_text} never reads topology.yaml (25.05+ "
+                                "would prefer it), so anyone editing it would be misled; move topology.yaml out of "
+                                f"{cdir}", "topology.yaml"))
+    if live.stray_topology_conf:
+        diags.append(Diagnostic(ERROR, "stray-topology-conf", f"{display_path(live.config_dir / 'topology.conf')} exists next to "
+                                f"the managed topology.yaml; Slurm {t.version_text} ignores topology.conf when "
+                                f"topology.yaml exists, so anyone editing it would be misled; move topology.conf out of "
+                                f"{cdir} (slurmctld reads topology files only on start and reconfigure: move it just "
+                                "before `rackctl apply` writes topology.yaml)", "topology.conf"))
     if live.node_names is None:
         return diags
     # With topology.yaml (25.05+) the topologies come from that file, not TopologyPlugin.
@@ -162,19 +181,58 @@ def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[t
 
 
 def _parse_yaml_blocks(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+    """Every block of every block topology, once: the ``cluster_default`` topology's first (the
+    first one marked so; rackctl renders the whole-cluster topology there, in position order),
+    then blocks only other topologies hold, in file order. A placeholder has no nodes."""
+    topologies = _yaml_topologies(data)
+    first_default = next((i for i, (_, default, _) in enumerate(topologies) if default), None)
+    if first_default is not None:
+        topologies.insert(0, topologies.pop(first_default))
+    out: dict[str, tuple[str, ...]] = {}
+    for _, _, blocks in topologies:
+        for name, nodes in blocks:
+            out.setdefault(name, nodes)
+    return list(out.items())
+
+
+def parse_topologies(data: bytes | None) -> list[tuple[str, tuple[str, ...]]]:
+    """The block topologies of a topology.yaml (topology.yaml(5)) in file order:
+    ``(topology name, block names in position order)``; an unreadable file has none."""
+    return [(name, tuple(b for b, _ in blocks)) for name, _, blocks in _yaml_topologies(data)]
+
+
+def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[str, tuple[str, ...]]]]]:
+    """``(name, cluster_default, [(block, nodes)])`` of each ``block`` topology. Anything that is
+    not the shape topology.yaml(5) gives (a hand edit, a tree or flat topology) is skipped."""
+    if not data:
+        return []
     try:
         doc, _ = load_yaml_text(data.decode("utf-8", errors="replace"), name="topology.yaml")
     except RackctlError:  # bad YAML, or an alias bomb that would never finish expanding
         return []  # unreadable: treated as no history; the plan rewrites the file
     out = []
+    total = 0
     for topo in doc if isinstance(doc, list) else []:
         block = topo.get("block") if isinstance(topo, dict) else None
-        for b in (block or {}).get("blocks") or []:
-            try:
-                out.append((str(b["block"]), tuple(hostlist.expand(str(b.get("nodes") or "")))
-                            if b.get("nodes") else ()))
-            except (KeyError, TypeError, RackctlError):
+        blocks = block.get("blocks") if isinstance(block, dict) else None
+        if not isinstance(blocks, list):
+            continue
+        parsed: list[tuple[str, tuple[str, ...]]] = []
+        for b in blocks:
+            if not isinstance(b, dict) or not isinstance(b.get("block"), (str, int)):
                 continue
+            nodes = b.get("nodes")
+            try:
+                hosts = tuple(hostlist.expand(str(nodes))) if nodes not in (None, "") else ()
+            except RackctlError:
+                hosts = ()
+            total += len(hosts)
+            if total > hostlist.MAX_HOSTS:
+                raise TargetError(f"topology.yaml: blocks name more than {hostlist.MAX_HOSTS:,} nodes in all; "
+                                  "expected a real cluster's topology",
+                                  hint="move the damaged topology.yaml away; the plan then writes it afresh")
+            parsed.append((str(b["block"]), hosts))
+        out.append((str(topo.get("topology", "")), topo.get("cluster_default") is True, parsed))
     return out
 
 
@@ -191,11 +249,15 @@ def parse_partitions(data: bytes | None) -> dict[str, dict[str, str]]:
 
 
 def history(intent: Intent, live: LiveSlurm, record: AppliedRecord | None) -> History:
-    """Block layout as last applied: rackctl's record, else the live topology file."""
-    if record is not None:
-        return History(record.blocks)
+    """Block layout as last applied: rackctl's record, else the live topology file. With
+    topology.yaml, also each topology's blocks as the live file has them (where a tier's
+    topology held placeholders)."""
     name = intent.slurm.topology_file
-    return History(tuple(parse_blocks(live.files.get(name), name)))
+    data = live.files.get(name)
+    topologies = tuple(parse_topologies(data)) if name.endswith(".yaml") else ()
+    if record is not None:
+        return History(record.blocks, topologies)
+    return History(tuple(parse_blocks(data, name)), topologies)
 
 
 @dataclass(frozen=True)
