@@ -9,16 +9,18 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, collectcmd, pipeline, report
+from . import __version__, collectcmd, controllercheck, hostlist, pipeline, report
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
 from .inventory.store import check_node, write_inventory
+from .nodestates import RESLICE_REASON
 from .plan import FORMAT_VERSION
 from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
+from .targets import slurm_controller
 from .yamlsource import display_path, read_text
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -32,6 +34,7 @@ EPILOG = """exit codes:
   drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
   simulate   0 written, 1 error (nothing written)
   collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
+  verify     0 every placement probe passed (or not placeable because of drained trays), 1 a probe failed or error
   a usage error (unknown or missing option) exits 1 on every command
 """
 
@@ -143,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
 
     collectcmd.add_collect_parser(sub, _sub)
+    from .verifycmd import add_verify_parser; add_verify_parser(sub, _sub)  # noqa: E702 (kept to one line)
 
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload", cmd_apply),
@@ -153,13 +157,18 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
         c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records); "
                        "default $XDG_STATE_HOME/rackctl")
+        c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol): "
+                       "plan from the files alone; node drains are listed, not applied")
         if name == "apply":
             c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
+            c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
+                           "drain them now and apply the re-slice on a later pass, once they are idle")
             c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
             c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
                            "older than inventory.maxAge, skewed, or missing more than inventory.maxMissingShare")
         else:
             c.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+            c.add_argument("--show-users", action="store_true", help="name the owners of running jobs in the plan")
         if name == "plan":
             c.add_argument("--out", metavar="PLANFILE", help="also write the JSON plan to this file")
         c.set_defaults(func=func)
@@ -281,7 +290,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent))
+    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users)
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -290,7 +299,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent))
+    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users)
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -299,7 +308,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     intent = _intent(args)
     state = _state(args, intent)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
-        run = pipeline.compute(intent, state)
+        run = pipeline.compute(intent, state, offline=args.offline)
         plan = run.plan
         if plan.has_errors:
             sys.stdout.write(report.render(plan, "text"))
@@ -310,18 +319,93 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print("error: the inventory is stale or incomplete (see above); nothing was applied", file=sys.stderr)
             print("  hint: re-collect the reports, or pass --allow-stale-inventory to apply anyway", file=sys.stderr)
             return EXIT_ERROR
+        busy = plan.controller.busy if plan.controller is not None and plan.file_changes else []
+        if busy:
+            return _busy_reslice(args, run, busy)
         if not plan.has_changes:
-            print("No changes. The Slurm files match the intent; nothing written, nothing reloaded.")
+            state.write_health(run.nodes.history)  # a pass: damping counts it
+            runs = " and the controller runs them" if run.controller is not None else ""
+            print(f"No changes. The Slurm files match the intent{runs}; nothing written, nothing reloaded.")
+            _print_pending(plan)
             return EXIT_OK
         sys.stdout.write(report.render(plan, "text"))
         if not args.auto_approve and not _confirm():
             print("Apply cancelled; nothing written.", file=sys.stderr)
             return EXIT_ERROR
-        blocks = tuple((b.name, b.nodes) for b in run.desired.blocks)
-        result = slurm_target.apply(intent, run.files, run.live, state, blocks, reload=not args.no_reload)
-    how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
-    print(f"Apply complete: wrote {', '.join(result.written)} in {display_path(intent.slurm.config_dir)}; {how}.")
+        ctl = run.controller
+        result = slurm_target.apply(
+            intent, run.files, run.live, state, tuple((b.name, b.nodes) for b in run.desired.blocks),
+            reload=not args.no_reload,
+            verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
+            log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
+            force_reload=bool(plan.controller_changes))
+        calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
+        state.write_health(run.nodes.history)
+    if result.written:
+        how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
+        if result.reloaded and ctl is not None:
+            how += "; the controller runs the rendered blocks and partitions (verified)"
+        print(f"Apply complete: wrote {', '.join(result.written)} in {display_path(intent.slurm.config_dir)}; {how}.")
+    elif result.reloaded:
+        print(f"Apply complete: reloaded with `{' '.join(intent.slurm.reload)}` (files were written, not loaded); "
+              "the controller runs them now (verified).")
+    if calls:
+        print(f"Node states: {len(run.nodes.drains)} drained, {len(run.nodes.resumes)} resumed "
+              f"({calls} scontrol update call(s)).")
+    for c in plan.restart_required:
+        print(f"Restart required: {c.reason.split(' (restart required', 1)[0]} takes effect only when slurmctld "
+              "and every slurmd are restarted; rackctl does not restart them.")
+    _print_pending(plan)
     return EXIT_OK
+
+
+def _apply_node_states(run: pipeline.Run, *, resliced: bool) -> int:
+    """Drain and resume as the node plan says; after a re-slice went live, resume the trays
+    ``--drain-first`` drained for it. Returns the number of ``scontrol update`` calls."""
+    if run.controller is None:
+        return 0
+    calls = 0
+    by_reason: dict[str, list[str]] = {}
+    for r in run.nodes.drains:
+        by_reason.setdefault(r.reason, []).append(r.node)
+    for reason, hosts in sorted(by_reason.items()):
+        calls += slurm_controller.update_nodes(hosts, "DRAIN", reason)
+    resume = [r.node for r in run.nodes.resumes]
+    if resliced:
+        drained = {s.host for s in run.desired.node_states}
+        resume += [h for h, n in run.controller.nodes.items() if n.reason == RESLICE_REASON and h not in drained]
+    if resume:
+        calls += slurm_controller.update_nodes(resume, "RESUME")
+    return calls
+
+
+def _busy_reslice(args: argparse.Namespace, run: pipeline.Run, busy: list[dict]) -> int:
+    """A re-slice would move trays that run jobs: refuse, or with --drain-first drain them now."""
+    plan, ctl = run.plan, run.controller
+    hosts = [b["node"] for b in busy]
+    jobs = sorted({j for b in busy for j in b["jobs"]})
+    what = f"{len(hosts)} tray(s) with running jobs would change block: {hostlist.compress(hosts)} (jobs {', '.join(map(str, jobs))})"
+    if not args.drain_first:
+        sys.stdout.write(report.render(plan, "text"))
+        print(f"error: {what}; nothing was applied", file=sys.stderr)
+        print("  hint: wait for the jobs, or pass --drain-first to drain these trays now and apply the re-slice "
+              "on a later pass when they are idle", file=sys.stderr)
+        return EXIT_ERROR
+    assert ctl is not None
+    todo = [h for h in hosts if not ctl.nodes[h].drained] if all(h in ctl.nodes for h in hosts) else hosts
+    if todo:
+        slurm_controller.update_nodes(todo, "DRAIN", RESLICE_REASON)
+    run.state.write_health(run.nodes.history)
+    print(f"Re-slice deferred: {what}. Drained {len(todo)} of them (reason \"{RESLICE_REASON}\"); "
+          "run apply again once their jobs end. Nothing else was written.")
+    return EXIT_OK
+
+
+def _print_pending(plan) -> None:
+    pending = [s for s in plan.node_states if s["action"].startswith("pending-")]
+    if pending:
+        print(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}" for s in pending[:10])
+              + (" ..." if len(pending) > 10 else ""))
 
 
 def _confirm() -> bool:

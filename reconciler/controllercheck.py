@@ -16,6 +16,7 @@ from .diagnostics import ERROR, INFO, WARNING, Diagnostic
 from .intent import Intent
 from .planner import DesiredSlurm
 from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions
+from .targets import slurm_controller
 from .targets.slurm_controller import Controller
 
 
@@ -130,3 +131,27 @@ def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
     return [Diagnostic(ERROR, "qos-unknown", f"tier {tier}: QoS {q} does not exist in slurmdbd (an unknown "
                        "partition QoS is fatal to slurmctld); create it with `sacctmgr add qos` first", tier)
             for q, tier in sorted(named.items()) if q not in ctl.qos]
+
+
+def verify_loaded(intent: Intent, desired: DesiredSlurm) -> list[str]:
+    """After a reload: what the controller runs that differs from what was rendered (every block
+    in position order, every node, the block sizes, every partition's nodes); empty when equal.
+    Block checks apply to topology.conf (24.11); partitions always."""
+    blocks, sizes, partitions = slurm_controller.read_loaded()
+    out = []
+    if intent.slurm.topology_file == "topology.conf":
+        want = [(b.name, b.nodes) for b in desired.blocks]
+        if _blocks_differ(want, blocks):
+            out.append(f"the controller runs {len(blocks)} blocks, {len(want)} were rendered"
+                       f"{_first_block_difference(want, blocks)}")
+        base = desired.block_sizes[0] if desired.block_sizes else None
+        if blocks and (min(sizes) != base or not set(sizes) <= set(desired.block_sizes)):
+            out.append(f"the controller's block sizes are {','.join(map(str, sizes))}; BlockSizes="
+                       f"{','.join(map(str, desired.block_sizes))} was rendered")
+    for p in desired.partitions:
+        running = partitions.get(p.spec.partition)
+        if running is None:
+            out.append(f"partition {p.spec.partition} is not live")
+        elif set(running) != set(p.nodes):
+            out.append(f"partition {p.spec.partition} runs {len(running)} nodes, {len(p.nodes)} were rendered")
+    return out

@@ -496,8 +496,9 @@ def _check_block_sizes(intent: Intent) -> None:
         # topology.yaml: one topology per tier, so each tier needs one slice size.
         for i, tier in enumerate(intent.tiers):
             tier_sizes: dict[int, list[str]] = {}
+            served = tier_slices_per_rack(intent, tier)
             for r in intent.racks:
-                if r.name in tier_slices_per_rack(intent, tier):
+                if r.name in served:
                     tier_sizes.setdefault(r.slice_size, []).append(r.name)
             if len(tier_sizes) > 1:
                 detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in sorted(tier_sizes.items()))

@@ -394,8 +394,8 @@ def _layout(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], hist
         blocks = _hold_positions(blocks, removed, hist_index, diags)
         removed = [n for n in removed if n not in {b.name for b in blocks}]
         for n in removed:
-            diags.append(Diagnostic(WARNING, "block-removed", f"block {n} is removed; it was the last applied "
-                                    "block, so no other block moves", n))
+            diags.append(Diagnostic(WARNING, "block-removed", f"block {n} is removed; no applied block came "
+                                    "after it, so none moves", n))
         removed = []
     for i, b in enumerate(blocks):
         old = hist_index.get(b.name)
@@ -440,7 +440,8 @@ def _partitions(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]],
     # spans two 18-tray racks. MaxNodes is what keeps a job inside a slice or a rack (of the
     # racks this tier serves: with topology.yaml, tiers may have different slice sizes).
     for tier in intent.tiers:
-        racks = [r for r in intent.racks if r.name in tier_slices_per_rack(intent, tier)]
+        served = tier_slices_per_rack(intent, tier)
+        racks = [r for r in intent.racks if r.name in served]
         max_nodes = {"slice": min((r.slice_size for r in racks), default=0),
                      "rack": min((r.slice_size * r.slice_count for r in racks), default=0),
                      "cluster": None}[intent.max_job_span]
@@ -479,7 +480,8 @@ def _topologies(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], 
         while mine and mine[-1].placeholder:
             mine.pop()
         sizes = tier_block_sizes(intent, tier)
-        if intent.max_job_span == "rack" and len(sizes) == 1 and max(tier_slices_per_rack(intent, tier).values()) > 1:
+        per_rack = tier_slices_per_rack(intent, tier)
+        if intent.max_job_span == "rack" and len(sizes) == 1 and max(per_rack.values(), default=1) > 1:
             diags.append(Diagnostic(INFO, "tier-block-sizes", f"tier {tier.name}: block_sizes {sizes[0]} only; it "
                                     "does not serve the same power-of-two number of slices in each of its racks, "
                                     "so its blocks of one rack cannot be aggregated by position", tier.name))

@@ -14,6 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = Path(os.environ.get("RACKCTL_FIXTURES", ROOT.parent / "shared" / "fixtures"))
 
 
+@pytest.fixture(autouse=True)
+def no_site_slurm(monkeypatch):
+    """Tests never talk to a real cluster: PATH loses every folder holding a Slurm client, so
+    rackctl plans from files unless a test hands it the test bed's wrappers (``bed.env``)."""
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if not any(os.path.exists(os.path.join(d, tool)) for tool in ("scontrol", "squeue", "sbatch"))]
+    monkeypatch.setenv("PATH", os.pathsep.join(kept))
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """Root of the shared real-world fixtures (``../shared/fixtures`` from the checkout)."""

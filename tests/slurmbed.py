@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,18 @@ class SlurmBed:
         """(state flags, reason) of one node."""
         doc = self.json("scontrol", "show", "nodes", node)["nodes"][0]
         return set(doc["state"]), doc.get("reason") or ""
+
+    def submit_holding(self, *sbatch_args: str, timeout_s: float = 30) -> int:
+        """Submit ``sleep 3600`` with ``sbatch_args`` and wait until the job holds its nodes (its
+        CLOUD nodes stay CONFIGURING, with no slurmd to start them). Returns the job id."""
+        job_id = int(self.run("sbatch", "--parsable", *sbatch_args, "--wrap", "sleep 3600").stdout.strip())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            job = self.json("squeue", "--jobs", str(job_id))["jobs"][0]
+            if job.get("nodes"):
+                return job_id
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} got no nodes within {timeout_s} s")
 
     def ping(self) -> bool:
         return "is UP" in self.run("scontrol", "ping", check=False).stdout

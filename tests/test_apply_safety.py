@@ -116,7 +116,7 @@ def test_a_failing_reload_rolls_every_file_back(tmp_path, reload, why):
 
     res = site.run("apply")
     msg = assert_one_error(res)
-    assert f"reload `{' '.join(reload)}` failed: {why}; the files were rolled back" in msg
+    assert f"reload `{' '.join(reload)}` rejected: {why}; the files were rolled back" in msg
     assert "hint: fix the cause, or use --no-reload" in msg
 
     assert (site.cfg / "topology.conf").read_bytes() == OLD_TOPOLOGY
@@ -136,7 +136,7 @@ def test_a_failing_reload_does_not_update_the_apply_record(tmp_path):
     edit_intent(site, 'maxTime: "2-00:00:00"', 'maxTime: "3-00:00:00"')
     edit_intent(site, 'reload: ["sh", "-c", "exit 0"]', 'reload: ["sh", "-c", "exit 3"]')
     res = site.run("apply")
-    assert "failed: exit code 3; the files were rolled back" in assert_one_error(res)
+    assert "rejected: exit code 3; the files were rolled back" in assert_one_error(res)
 
     assert site.record.read_bytes() == record_before
     assert {n: (site.cfg / n).read_bytes() for n in files_before} == files_before
@@ -239,9 +239,20 @@ def test_a_stray_topology_yaml_next_to_topology_conf_is_an_error_on_25_05(tmp_pa
     assert not site.record.exists()
 
 
-def test_a_topology_yaml_is_ignored_on_24_11(tmp_path):
-    # Slurm 24.11 does not read topology.yaml; rackctl neither complains nor touches it.
+def test_a_stray_topology_yaml_on_24_11_is_an_error_too(tmp_path):
+    # Slurm 24.11 never reads topology.yaml: whoever edits it changes nothing (and 25.05 would
+    # prefer it after an upgrade). rackctl refuses, names the file, and leaves it alone.
     site = Site(tmp_path, reload=["sh", "-c", "exit 0"])
     (site.cfg / "topology.yaml").write_text("# not ours\n")
-    assert site.run("apply").rc == 0
+    before = snapshot(site.cfg)
+    res = site.run("plan", "--format", "json")
+    assert res.rc == 1, res
+    errors = [d for d in json.loads(res.out)["diagnostics"] if d["severity"] == "error"]
+    assert [(d["code"], d["subject"]) for d in errors] == [("stray-topology-yaml", "topology.yaml")]
+    assert errors[0]["message"] == (
+        "slurm/topology.yaml exists next to the managed topology.conf; Slurm 24.11 never reads topology.yaml "
+        "(25.05+ would prefer it), so anyone editing it would be misled; move topology.yaml out of slurm")
+    res = site.run("apply")
+    assert assert_one_error(res) == "error: the plan has errors; nothing was applied\n"
+    assert snapshot(site.cfg) == before
     assert (site.cfg / "topology.yaml").read_text() == "# not ours\n"

@@ -96,7 +96,9 @@ def test_missing_share_against_the_declared_trays(site, share, blocked):
     doc = json.loads(_plan(site, "--format", "json").out)
     codes = [d["code"] for d in doc["diagnostics"]]
     assert ("inventory-incomplete" in codes) == blocked
-    assert doc["summary"]["node_drains"] == 3  # the missing trays stay in their blocks, drained
+    # The missing trays stay in their blocks, to be drained (listed: no controller is read here).
+    assert [(s["node"], s["action"]) for s in doc["node_states"]] == [
+        (h, "listed") for h in ("gb-a01-n01", "gb-a01-n02", "gb-a01-n03")]
     assert (_apply(site).rc == 1) == blocked
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import InputError
-from reconciler.intent import Rack, Slicing, block_sizes, load_intent
+from reconciler.intent import Rack, Slicing, block_sizes, load_intent, tier_block_sizes
 
 HEAD = """\
 apiVersion: rackctl.dev/v1alpha1
@@ -130,20 +130,71 @@ def test_mixed_slice_sizes_on_24_11(load):
         targets: {slurm: {version: "24.11"}}
         """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02, r03; 18 trays: r01); "
                  "Slurm 24.11 has one BlockSizes for the whole cluster\n"
-                 "  hint: use one slice size in every rack (Slurm 25.05+ could hold several sizes as "
-                 "separate topologies in topology.yaml; rackctl does not render that yet)")
+                 "  hint: use one slice size in every rack (on Slurm 25.05+, topologyFile: topology.yaml "
+                 "renders one topology per tier, each with its own sizes)")
 
 
-def test_mixed_slice_sizes_on_25_05_topology_yaml(load):
+def test_mixed_slice_sizes_on_25_05_topology_conf(load):
     assert error(load, """\
         racks:
           - {name: r01, select: {hosts: "a[01-18]"}}
           - {name: r02, select: {hosts: "b[01-18]"}, slicing: {mode: equal, count: 2}}
+        targets: {slurm: {version: "25.05", topologyFile: topology.conf}}
+        """).startswith("intent.yaml:4: racks: slices of different sizes (9 trays: r02; 18 trays: r01); "
+                        "topology.conf on Slurm 25.05 has one BlockSizes for the whole cluster\n")
+
+
+MIXED_TIERS = """\
+    defaults: {slicing: {mode: equal, count: 2}}
+    racks:
+      - {name: r01, select: {hosts: "a[01-36]"}, trays: 36}
+      - {name: r02, select: {hosts: "b[01-18]"}}
+      - {name: r03, select: {hosts: "c[01-18]"}}
+    tiers:
+      - {name: big, slices: [r01], slurm: {partition: big}}
+      - {name: small, slices: [%s], slurm: {partition: small}}
+    policy: {maxJobSpan: %s}
+    targets: {slurm: {version: "25.05", topologyFile: topology.yaml}}
+    """
+
+
+def test_mixed_slice_sizes_on_25_05_topology_yaml_one_size_per_tier(load):
+    # topology.yaml has one topology per tier: each tier has its own block_sizes, so racks may
+    # differ; the whole-cluster topology then keeps only the smallest size as its base.
+    intent = load(MIXED_TIERS % ("r02, r03", "rack"))
+    assert [r.slice_size for r in intent.racks] == [18, 9, 9]
+    assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9, 18]]
+    assert block_sizes(intent) == [9]
+    intent = load(MIXED_TIERS % ("r02, r03", "cluster"))
+    assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9, 18, 36]]
+    intent = load(MIXED_TIERS % ("r02, r03", "slice"))
+    assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18], [9]]
+    # One slice of each rack: blocks of one rack are not neighbours in the tier's topology.
+    intent = load(MIXED_TIERS % ("r02/s0, r03/s1", "rack"))
+    assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9]]
+
+
+def test_a_tier_serving_two_slice_sizes_is_an_error_with_topology_yaml(load):
+    assert error(load, MIXED_TIERS % ("r01, r02/s0", "slice")) == (
+        "intent.yaml:11: tiers[1].slices: tier small serves slices of different sizes (9 trays: r02; 18 trays: "
+        "r01); its topology in topology.yaml has one block_sizes\n"
+        "  hint: serve one slice size per tier (split the tier in two)")
+
+
+def test_a_tier_named_like_the_cluster_is_an_error_with_topology_yaml(load):
+    body = """\
+        racks:
+          - {name: r01, select: {hosts: "a[01-18]"}}
+        tiers:
+          - {name: t, slices: [r01], slurm: {partition: p}}
         targets: {slurm: {version: "25.05", topologyFile: topology.yaml}}
-        """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02; 18 trays: r01); rackctl "
-                 "renders one block topology with one BlockSizes\n"
-                 "  hint: use one slice size (separate topology.yaml topologies per slice size are not "
-                 "rendered yet)")
+        """
+    assert error(load, body) == (
+        "intent.yaml:7: tiers[0].name: tier 't' has the cluster's name; topology.yaml names the whole-cluster "
+        "topology after metadata.name and each tier's topology after the tier, and topology names must be "
+        "unique\n  hint: rename the tier or metadata.name")
+    # topology.conf has no topology names: the same intent is fine there.
+    assert load(body.replace('version: "25.05", topologyFile: topology.yaml', 'version: "24.11"')).tiers[0].name == "t"
 
 
 def test_max_job_span_rack_needs_equal_slice_counts(load):

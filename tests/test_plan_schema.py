@@ -37,6 +37,6 @@ def test_schema_rejects_an_unknown_action():
            "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},
            "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
                         "reason": "r"}],
-           "drift": [], "node_states": [], "block_sizes": [18], "diagnostics": []}
+           "drift": [], "node_states": [], "block_sizes": [18], "controller": None, "diagnostics": []}
     err = schemas.first_error("plan", doc)
     assert err is not None and list(err.absolute_path) == ["changes", 0, "action"]

@@ -154,7 +154,7 @@ def test_vanished_tray_stays_in_its_block_drained(site: Site, select: str) -> No
     code, doc = site.plan()
     assert code == 0, doc["diagnostics"]  # same files: the drain is a listed node state, not a file change
     assert doc["node_states"] == [{"node": "gb-r01-n07", "state": "DRAIN", "reason": "rackctl: not-reporting",
-                                   "slice": "r01"}]
+                                   "slice": "r01", "action": "listed", "note": "controller not read"}]
     assert "slice-short" not in codes(doc)
     assert site.blocks() == [("r01", "gb-r01-n[01-18]")]
     assert site.apply() == (0, "No changes. The Slurm files match the intent; nothing written, nothing reloaded.\n")
@@ -216,7 +216,7 @@ def test_clique_tray_losing_its_fabric_keeps_its_clique_block(site: Site) -> Non
     code, doc = site.plan()
     assert code == 0, doc["diagnostics"]
     assert doc["node_states"] == [{"node": "gb-r02-n12", "state": "DRAIN", "reason": "rackctl: fabric-incomplete",
-                                   "slice": "r02/c2"}]
+                                   "slice": "r02/c2", "action": "listed", "note": "controller not read"}]
 
 
 def test_clique_tray_without_clique_and_history_is_an_error(site: Site) -> None:
@@ -233,8 +233,8 @@ def test_clique_tray_without_clique_and_history_is_an_error(site: Site) -> None:
 def test_apply_twice_is_a_noop(site: Site) -> None:
     site.write(["r01", "r02"], racks_nodes("r01", "r02"))
     code, out = site.apply()
-    assert code == 0 and out.endswith("Apply complete: wrote topology.conf, rackctl.conf in "
-                                      f"{site.slurm}; not reloaded (--no-reload).\n")
+    assert code == 0 and ("Apply complete: wrote topology.conf, rackctl.conf in "
+                          f"{site.slurm}; not reloaded (--no-reload).\n") in out
     state = site.root / "state" / "hist"
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(site.slurm.iterdir())}
     record = (state / "applied.json").read_bytes()
@@ -270,13 +270,14 @@ def test_json_plan_vocabulary(site: Site) -> None:
             assert d["cause"] == "drift"
         for d in doc["diagnostics"]:
             assert d["severity"] in SEVERITIES and d["code"] and isinstance(d["hardware"], bool)
-        summary = {k: v for k, v in doc["summary"].items() if k not in ("errors", "warnings", "drift", "node_drains")}
+        summary = {k: v for k, v in doc["summary"].items()
+                   if k not in ("errors", "warnings", "drift", "node_drains", "node_resumes", "node_pending")}
         counted: dict[str, int] = {}
         for c in doc["changes"]:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
         assert doc["summary"]["drift"] == len(doc["drift"])
-        assert doc["summary"]["node_drains"] == len(doc["node_states"])
+        assert doc["summary"]["node_drains"] == sum(s["action"] == "drain" for s in doc["node_states"])
     assert kinds_seen == {"file", "block", "partition", "setting"}
     assert actions_seen == {"create", "update", "delete", "move"}
     assert causes_seen == {"intent", "drift"}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .. import __version__, hostlist, slurmconf
+from . import slurm_controller
 from ..atomicfile import atomic_write
 from ..diagnostics import ERROR, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
@@ -121,23 +123,24 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
     t = intent.slurm
     diags = list(live.diagnostics)
     cdir = display_path(live.config_dir)
+    stray_yaml = display_path(live.config_dir / "topology.yaml")
+    stray_conf = display_path(live.config_dir / "topology.conf")
     if live.stray_topology_yaml and t.version >= (25, 5):
-        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{display_path(live.config_dir / 'topology.yaml')} exists next to "
-                                f"the managed topology.conf; Slurm {t.version_text} reads topology.yaml first and then "
-                                f"ignores topology.conf, so the blocks rackctl renders would never be used; move "
-                                f"topology.yaml out of {cdir}, or set targets.slurm.topologyFile: topology.yaml to "
-                                "have rackctl render that file instead", "topology.yaml"))
+        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{stray_yaml} exists next to the managed topology.conf; "
+                                f"Slurm {t.version_text} reads topology.yaml first and then ignores topology.conf, so "
+                                f"the blocks rackctl renders would never be used; move topology.yaml out of {cdir}, or "
+                                "set targets.slurm.topologyFile: topology.yaml to have rackctl render that file "
+                                "instead", "topology.yaml"))
     elif live.stray_topology_yaml:
-        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{display_path(live.config_dir / 'topology.yaml')} exists next to "
-                                f"the managed topology.conf; Slurm {t.version_text} never reads topology.yaml (25.05+ "
-                                "would prefer it), so anyone editing it would be misled; move topology.yaml out of "
-                                f"{cdir}", "topology.yaml"))
+        diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{stray_yaml} exists next to the managed topology.conf; "
+                                f"Slurm {t.version_text} never reads topology.yaml (25.05+ would prefer it), so anyone "
+                                f"editing it would be misled; move topology.yaml out of {cdir}", "topology.yaml"))
     if live.stray_topology_conf:
-        diags.append(Diagnostic(ERROR, "stray-topology-conf", f"{display_path(live.config_dir / 'topology.conf')} exists next to "
-                                f"the managed topology.yaml; Slurm {t.version_text} ignores topology.conf when "
-                                f"topology.yaml exists, so anyone editing it would be misled; move topology.conf out of "
-                                f"{cdir} (slurmctld reads topology files only on start and reconfigure: move it just "
-                                "before `rackctl apply` writes topology.yaml)", "topology.conf"))
+        diags.append(Diagnostic(ERROR, "stray-topology-conf", f"{stray_conf} exists next to the managed topology.yaml; "
+                                f"Slurm {t.version_text} ignores topology.conf when topology.yaml exists, so anyone "
+                                f"editing it would be misled; move topology.conf out of {cdir} (slurmctld reads "
+                                "topology files only on start and reconfigure: move it just before `rackctl apply` "
+                                "writes topology.yaml)", "topology.conf"))
     if live.node_names is None:
         return diags
     # With topology.yaml (25.05+) the topologies come from that file, not TopologyPlugin.
@@ -270,17 +273,23 @@ class ApplyResult:
 
 
 def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, state: StateDir,
-          blocks: tuple[tuple[str, tuple[str, ...]], ...], *, reload: bool) -> ApplyResult:
-    """Write the changed files, reload, roll back on failure, then record the apply.
+          blocks: tuple[tuple[str, tuple[str, ...]], ...], *, reload: bool,
+          verify: Callable[[], list[str]] | None = None, log_file: str = "",
+          force_reload: bool = False) -> ApplyResult:
+    """Write the changed files, reload, verify, roll back on failure, then record the apply.
 
-    Writes nothing and runs no reload when no file changed. Raises ``TargetError`` when a
-    write or the reload fails (after rolling the files back).
+    ``verify`` (when the controller can be asked) returns how the running controller differs from
+    what was rendered; any difference after the reload is a rejection. ``log_file``: the
+    controller's log, whose new error lines are shown on a rejection. ``force_reload``: reload
+    even with no file changed (files written earlier, not loaded). Writes nothing and runs no
+    reload when no file changed and no reload is forced. Raises ``TargetError`` when a write, the
+    reload or the verification fails, after restoring the files and reloading the old ones.
     """
     cdir = intent.slurm.config_dir
     changed = {n: d for n, d in desired_files.items() if live.files.get(n) != d}
-    if not changed:
+    if not changed and not force_reload:
         return ApplyResult((), False, None)
-    backup = state.backup({n: live.files.get(n) for n in changed})
+    backup = state.backup({n: live.files.get(n) for n in changed}) if changed else None
     written: list[str] = []
     try:
         for name, data in changed.items():
@@ -290,25 +299,43 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
         _rollback(cdir, written, live)
         raise TargetError(f"writing {cdir / name} failed: {exc.strerror or exc}; files rolled back") from None
     if reload:
-        _run_reload(intent, cdir, written, live)
+        offset = slurm_controller.log_offset(log_file)
+        why = _reload(intent)
+        if why is None and verify is not None:
+            if not slurm_controller.wait_until_up():
+                why = "the controller stopped answering `scontrol ping` after the reload"
+            else:
+                mismatches = verify()
+                why = "; ".join(mismatches) if mismatches else None
+        if why is not None:
+            _rollback(cdir, written, live)
+            restored = _reload(intent) is None if written else True
+            alive = slurm_controller.wait_until_up(timeout_s=30) if verify is not None else None
+            lines = slurm_controller.log_lines_since(log_file, offset)
+            log = ("\n  controller log:\n" + "\n".join("    " + line for line in lines)) if lines else ""
+            state_note = ("the old files were reloaded" if restored else "reloading the old files failed too")
+            if alive is False:
+                state_note += "; the controller is NOT answering"
+            raise TargetError(f"reload `{' '.join(intent.slurm.reload)}` rejected: {why}; the files were rolled "
+                              f"back and {state_note}{log}",
+                              hint="fix the cause, or use --no-reload to write files without reloading")
     state.write_record(AppliedRecord(str(cdir), {n: digest(d) for n, d in desired_files.items()}, blocks,
                                      now_rfc3339(), __version__))
     return ApplyResult(tuple(written), reload, backup)
 
 
-def _run_reload(intent: Intent, cdir: Path, written: list[str], live: LiveSlurm) -> None:
+def _reload(intent: Intent) -> str | None:
+    """Run the reload command; None on success, else why it failed."""
     cmd = list(intent.slurm.reload)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S, check=False)
-        ok, why = proc.returncode == 0, (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
     except FileNotFoundError:
-        ok, why = False, f"command not found: {cmd[0]}"
+        return f"command not found: {cmd[0]}"
     except subprocess.TimeoutExpired:
-        ok, why = False, f"timed out after {RELOAD_TIMEOUT_S} s"
-    if not ok:
-        _rollback(cdir, written, live)
-        raise TargetError(f"reload `{' '.join(cmd)}` failed: {why}; the files were rolled back",
-                          hint="fix the cause, or use --no-reload to write files without reloading")
+        return f"timed out after {RELOAD_TIMEOUT_S} s"
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
 
 
 def _rollback(cdir: Path, written: list[str], live: LiveSlurm) -> None:

@@ -12,9 +12,11 @@ on captures from a real 24.11.5 controller (``tests/data/slurm-24.11``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +123,21 @@ def run(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> str:
     return proc.stdout
 
 
+def run_status(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run a Slurm client command whose exit code is an answer, not a failure, and return
+    ``(exit code, stdout, stderr)``: ``sbatch --test-only`` prints its placement (or why it has
+    none) on stderr and exits 1 when a job cannot be placed. Raises ``TargetError`` only when the
+    command is missing or times out."""
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise TargetError(f"`{' '.join(args)}`: command not found",
+                          hint="run rackctl on a Slurm client host") from None
+    except subprocess.TimeoutExpired:
+        raise TargetError(f"`{' '.join(args)}` timed out after {timeout:g} s") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def ping() -> bool:
     """Whether the primary slurmctld answers (``scontrol ping`` says UP). The controller's PID
     changes on every reconfigure and it exits 0 even on a fatal error: this is the liveness test."""
@@ -159,6 +176,63 @@ def _topology_text() -> str:
         if "No topology information available" in exc.message:
             return ""
         raise
+
+
+def read_loaded() -> tuple[list[tuple[str, tuple[str, ...]]], list[int], dict[str, tuple[str, ...]]]:
+    """What the controller runs now: (blocks, block sizes, partitions). Cheaper than
+    ``read_controller``: used to verify an apply."""
+    blocks, sizes = parse_topology(_topology_text())
+    return blocks, sizes, parse_partitions(_json(["scontrol", "show", "partition", "--json"]))
+
+
+def wait_until_up(timeout_s: float = 60, interval_s: float = 0.5) -> bool:
+    """Poll ``scontrol ping`` until the controller answers (True) or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if ping():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def update_nodes(hosts: list[str], state: str, reason: str | None = None) -> int:
+    """``scontrol update nodename=HOSTLIST state=STATE [reason=REASON]``, one call per 1,000 hosts
+    (command lines stay short); returns the number of calls. ``state``: DRAIN or RESUME."""
+    calls = 0
+    ordered = sorted(hosts, key=hostlist.natural_key)
+    for i in range(0, len(ordered), 1000):
+        args = ["scontrol", "update", f"nodename={hostlist.compress(ordered[i:i + 1000])}", f"state={state}"]
+        if reason is not None:
+            args.append(f"reason={reason}")
+        run(args)
+        calls += 1
+    return calls
+
+
+def log_offset(path: str) -> int | None:
+    """The size of the controller's log file (``SlurmctldLogFile``) when readable here, so the
+    lines an apply caused can be shown; None when it is not readable from this host."""
+    try:
+        return os.stat(path).st_size if path else None
+    except OSError:
+        return None
+
+
+def log_lines_since(path: str, offset: int | None, limit: int = 20) -> list[str]:
+    """The controller's ``error:``/``fatal:`` log lines written after ``offset`` (at most
+    ``limit``, the last ones); empty when the log cannot be read."""
+    if not path or offset is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read(4 * 1024 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    wanted = [line for line in text.splitlines() if "error:" in line or "fatal:" in line
+              or "reconfigure failed" in line]
+    return wanted[-limit:]
 
 
 def read_qos() -> tuple[set[str] | None, str]:
