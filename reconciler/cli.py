@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, collectcmd, controllercheck, hostlist, pipeline, report
+from . import __version__, collectcmd, controllercheck, hostlist, pipeline, report, verifycmd
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import Intent, block_sizes, load_intent
@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
 
     collectcmd.add_collect_parser(sub, _sub)
-    from .verifycmd import add_verify_parser; add_verify_parser(sub, _sub)  # noqa: E702 (kept to one line)
+    verifycmd.add_verify_parser(sub, _sub)
 
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload", cmd_apply),
