@@ -9,6 +9,7 @@ returns a frozen ``Intent``. Every error names the file, line and field.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,20 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class ImexSettings:
+    """``targets.slurm.imex``: per-job IMEX settings. ``ready_timeout_s``: the Prolog's bound on
+    waiting for READY; ``network``: CIDR choosing each tray's IMEX address (None: its one address,
+    else its host name); ``delivery``: configless | shared-filesystem | config-management;
+    ``node_script_dir``: absolute script folder on compute nodes (None: the config dir)."""
+
+    channel_count: int = DEFAULT_IMEX_CHANNELS
+    ready_timeout_s: int = 60
+    network: str | None = None
+    delivery: str = "configless"
+    node_script_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class SlurmTarget:
     """Where and for which Slurm release the Slurm files are rendered."""
 
@@ -128,6 +143,7 @@ class SlurmTarget:
     topology_file: str
     include_file: str
     reload: tuple[str, ...]
+    imex: ImexSettings = ImexSettings()
 
     @property
     def version_text(self) -> str:
@@ -221,6 +237,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         topology_file=slurm_data.get("topologyFile", "topology.conf"),
         include_file=slurm_data.get("includeFile", "rackctl.conf"),
         reload=tuple(slurm_data.get("reload", ["scontrol", "reconfigure"])),
+        imex=_imex_settings(slurm_data.get("imex", {}), smap),
     )
     if slurm.topology_file == "topology.yaml" and slurm.version < (25, 5):
         raise smap.error(("targets", "slurm", "topologyFile"),
@@ -394,6 +411,22 @@ def _check_tier_references(intent: Intent) -> None:
                     if rack.slicing.mode == "whole" else ""
                 raise intent.source.error(where, f"rack {rack_name} has no slice {sub!r}; its slices "
                                           f"are {', '.join(names)}{whole}")
+
+
+def _imex_settings(data: dict[str, Any], smap: SourceMap) -> ImexSettings:
+    network = data.get("network")
+    if network is not None:
+        try:
+            network = str(ipaddress.ip_network(network, strict=False))
+        except ValueError as exc:
+            raise smap.error(("targets", "slurm", "imex", "network"), f"{exc}; expected a CIDR like 10.0.0.0/16") from None
+    return ImexSettings(
+        channel_count=int(data.get("channelCount", DEFAULT_IMEX_CHANNELS)),
+        ready_timeout_s=duration_s(data["readyTimeout"]) if "readyTimeout" in data else 60,
+        network=network,
+        delivery=data.get("delivery", "configless"),
+        node_script_dir=data.get("nodeScriptDir"),
+    )
 
 
 def duration_s(text: str) -> int:

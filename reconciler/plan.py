@@ -207,8 +207,17 @@ def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlur
     for i, b in enumerate(desired.blocks):
         hl = hostlist.compress(b.nodes)
         if b.name not in live_nodes:
-            out.append(Change("block", f"slurm/block/{b.name}", "create", cause,
-                              f"slice {b.slice_name}: {len(b.nodes)} trays {hl}"))
+            what = (f"placeholder holding position {i} (slice {b.slice_name} is gone)" if b.placeholder
+                    else f"slice {b.slice_name}: {len(b.nodes)} trays {hl}")
+            out.append(Change("block", f"slurm/block/{b.name}", "create", cause, what))
+            continue
+        if b.placeholder and live_nodes[b.name]:
+            out.append(Change("block", f"slurm/block/{b.name}", "update", cause,
+                              f"emptied to a placeholder holding position {i} (slice {b.slice_name} is gone; "
+                              f"-{hostlist.compress(live_nodes[b.name])})"))
+            if live_index[b.name] != i:
+                out.append(Change("block", f"slurm/block/{b.name}", "move", cause,
+                                  f"position {live_index[b.name]} -> {i} (disruptive: aggregate blocks change)"))
             continue
         if set(live_nodes[b.name]) != set(b.nodes):
             old = set(live_nodes[b.name])

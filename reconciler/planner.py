@@ -15,6 +15,7 @@ position order, then one per tier holding the blocks of the slices the tier serv
 
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -75,6 +76,18 @@ class NodeState:
     slice_name: str
 
 
+@dataclass(frozen=True)
+class ImexNode:
+    """A tray of a per-job IMEX tier as the IMEX scripts see it: its IMEX ``address`` (an IP, or
+    the host name when none can be chosen) and ``clique`` (the NVLink partition key
+    ``<clusterUUID>.<cliqueId>``, else its slice name), in natural host order."""
+
+    host: str
+    address: str
+    clique: str
+    slice_name: str
+
+
 @dataclass
 class DesiredSlurm:
     """Everything rendered for Slurm, in position order, plus the diagnostics found on the way."""
@@ -86,6 +99,7 @@ class DesiredSlurm:
     imex: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)  # topology.yaml only
+    imex_nodes: list[ImexNode] = field(default_factory=list)  # policy.imex: per-job only
 
     @property
     def placed_hosts(self) -> set[str]:
@@ -147,7 +161,38 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
     if unplaced:
         diags.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
                                 f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
-    return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags, topologies)
+    imex_nodes = _imex_nodes(intent, blocks, fabric, diags) if intent.imex == "per-job" else []
+    return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags, topologies,
+                        imex_nodes)
+
+
+def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, diags: list[Diagnostic]) -> list[ImexNode]:
+    """Each placed tray's IMEX address and clique for the per-job IMEX scripts.
+
+    The address is the tray's reported address inside ``targets.slurm.imex.network``; without a
+    network, its only address; otherwise its host name (IMEX nodes files take DNS names too)."""
+    network = ipaddress.ip_network(intent.slurm.imex.network) if intent.slurm.imex.network else None
+    out: list[ImexNode] = []
+    by_name: list[str] = []
+    for b in blocks:
+        for h in b.nodes:
+            tray = fabric.trays.get(h)
+            addrs = tray.addresses if tray is not None else ()
+            if network is not None:
+                inside = [a for a in addrs if ipaddress.ip_address(a) in network]
+                address = inside[0] if inside else h
+                if not inside and tray is not None:
+                    by_name.append(h)
+            else:
+                address = addrs[0] if len(addrs) == 1 else h
+            clique = str(tray.clique_key) if tray is not None and tray.clique_key else b.slice_name
+            out.append(ImexNode(h, address, clique, b.slice_name))
+    if by_name:
+        diags.append(Diagnostic(WARNING, "imex-address-missing", f"{len(by_name)} trays report no address in "
+                                f"{network}; their IMEX address is their host name: {hostlist.compress(by_name)}",
+                                "targets.slurm.imex.network", hardware=True))
+    out.sort(key=lambda n: hostlist.natural_key(n.host))
+    return out
 
 
 def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[str, str]:
