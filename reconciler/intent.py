@@ -25,6 +25,9 @@ DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
 DEFAULT_MIN_HEALTHY_SHARE = 0.75
 DEFAULT_MAX_MISSING_SHARE = 0.1  # of the declared trays; more missing and the inventory is incomplete
 DEFAULT_IMEX_CHANNELS = 2048
+#: The per-job IMEX scripts rackctl owns in the config dir, by the slurm.conf setting that runs them.
+IMEX_SCRIPTS = {"PrologSlurmctld": "rackctl-imex-prolog-slurmctld.sh", "Prolog": "rackctl-imex-prolog.sh",
+                "Epilog": "rackctl-imex-epilog.sh"}
 DEFAULT_DRAIN_AFTER_PASSES = 2  # a flapping link must not drain a tray on one bad reading
 DEFAULT_RESUME_AFTER_S = 15 * 60  # switch/nvidia_imex imex_channel_count default
 
@@ -148,6 +151,12 @@ class SlurmTarget:
     @property
     def version_text(self) -> str:
         return f"{self.version[0]:02d}.{self.version[1]:02d}"
+
+    @property
+    def managed_files(self) -> tuple[str, ...]:
+        """Every file rackctl may own in the config dir: the topology and include files and the
+        per-job IMEX scripts (read even under another policy, so that stale ones are removed)."""
+        return (self.topology_file, self.include_file, *IMEX_SCRIPTS.values())
 
 
 @dataclass(frozen=True)

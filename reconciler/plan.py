@@ -159,6 +159,10 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
         action = "create" if before is None else "update"
         reason = {"create": "file does not exist", "update": "content differs from the desired file"}[action]
         file_changes.append(Change("file", f"slurm/file/{name}", action, cause, reason, _diff(name, before, after)))
+    for name, before in live.files.items():
+        if before is not None and name not in files:
+            file_changes.append(Change("file", f"slurm/file/{name}", "delete", "intent",
+                                       "no longer rendered (per-job IMEX is off)", _diff(name, before, None)))
     t = intent.slurm
     resources: list[Change] = []
     if t.topology_file in causes:
@@ -193,10 +197,11 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
     )
 
 
-def _diff(name: str, before: bytes | None, after: bytes) -> str:
+def _diff(name: str, before: bytes | None, after: bytes | None) -> str:
     old = [] if before is None else before.decode("utf-8", errors="replace").splitlines(keepends=True)
-    new = after.decode("utf-8").splitlines(keepends=True)
-    lines = difflib.unified_diff(old, new, f"a/{name}" if before is not None else "/dev/null", f"b/{name}")
+    new = [] if after is None else after.decode("utf-8").splitlines(keepends=True)
+    lines = difflib.unified_diff(old, new, f"a/{name}" if before is not None else "/dev/null",
+                                 f"b/{name}" if after is not None else "/dev/null")
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 

@@ -45,13 +45,15 @@ class Block:
 class Partition:
     """One ``PartitionName=`` line for a tier. ``max_nodes`` (trays) is set when ``maxJobSpan`` is
     slice or rack: the largest job that fits the span in this tier. ``topology``: the
-    topology.yaml topology its jobs use (``Topology=``, Slurm 25.05+), None with topology.conf."""
+    topology.yaml topology its jobs use (``Topology=``, Slurm 25.05+), None with topology.conf.
+    ``exclusive``: whole trays only (``OverSubscribe=EXCLUSIVE``), set under per-job IMEX."""
 
     tier: str
     spec: SlurmPartition
     nodes: tuple[str, ...]
     max_nodes: int | None
     topology: str | None = None
+    exclusive: bool = False  # OverSubscribe=EXCLUSIVE: per-job IMEX domains need whole trays
 
 
 @dataclass(frozen=True)
@@ -499,7 +501,7 @@ def _partitions(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]],
             diags.append(Diagnostic(ERROR, "partition-empty", f"tier {tier.name}: partition "
                                     f"{tier.slurm.partition} would have no nodes", tier.name))
         out.append(Partition(tier.name, tier.slurm, tuple(sorted(nodes, key=hostlist.natural_key)),
-                             max_nodes))
+                             max_nodes, exclusive=intent.imex == "per-job"))
     if not intent.tiers:
         diags.append(Diagnostic(INFO, "no-tiers", "the intent names no tiers; no partition is rendered",
                                 "tiers"))

@@ -17,11 +17,13 @@ import re
 import jinja2
 
 from .. import hostlist
-from ..intent import DEFAULT_IMEX_CHANNELS, Intent
+from ..intent import IMEX_SCRIPTS, Intent
 from ..planner import Block, DesiredSlurm, Partition
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
+
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("reconciler.render", "templates"),
@@ -45,9 +47,30 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
         topologies=[{"name": _safe(t.name), "cluster_default": t.cluster_default, "block_sizes": list(t.block_sizes),
                      "blocks": [_block(b) for b in t.blocks]} for t in desired.topologies], **common)
     include = _env.get_template("include.conf.j2").render(
-        include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=DEFAULT_IMEX_CHANNELS,
+        include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=intent.slurm.imex.channel_count,
+        scripts={k: _safe_path(v) for k, v in imex_script_settings(intent).items()},
         partitions=[_partition(p) for p in desired.partitions], **common)
     return {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
+
+
+def imex_script_settings(intent: Intent) -> dict[str, str]:
+    """``PrologSlurmctld``/``Prolog``/``Epilog`` values for per-job IMEX (slurm.conf(5)).
+
+    Configless: Prolog and Epilog by relative path, which slurmctld sends to every slurmd with the
+    config (Slurm's fetch_config ships only non-absolute script paths); otherwise absolute paths in
+    ``nodeScriptDir`` (default the config dir). PrologSlurmctld runs on the controller: always the
+    config dir, absolute."""
+    im = intent.slurm.imex
+    cdir = str(intent.slurm.config_dir)
+    node_dir = "" if im.delivery == "configless" else (im.node_script_dir or cdir).rstrip("/") + "/"
+    return {"PrologSlurmctld": f"{cdir.rstrip('/')}/{IMEX_SCRIPTS['PrologSlurmctld']}",
+            "Prolog": node_dir + IMEX_SCRIPTS["Prolog"], "Epilog": node_dir + IMEX_SCRIPTS["Epilog"]}
+
+
+def _safe_path(value: str) -> str:
+    if not _SAFE_PATH.fullmatch(value):
+        raise ValueError(f"refusing to render unsafe Slurm path {value!r}")
+    return value
 
 
 def _block(b: Block) -> dict:
@@ -73,6 +96,8 @@ def partition_options(p: Partition) -> list[tuple[str, str]]:
         opts.append(("MaxNodes", str(p.max_nodes)))
     if s.priority_tier is not None:
         opts.append(("PriorityTier", str(s.priority_tier)))
+    if p.exclusive:
+        opts.append(("OverSubscribe", "EXCLUSIVE"))
     if s.default:
         opts.append(("Default", "YES"))
     opts.append(("State", s.state))

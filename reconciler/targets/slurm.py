@@ -54,11 +54,11 @@ def read_live(intent: Intent) -> LiveSlurm:
         raise TargetError(f"Slurm config dir {display_path(cdir)} is not a directory",
                           hint="set targets.slurm.configDir or --slurm-config-dir to a directory")
     if not cdir.exists():
-        live.files = {t.topology_file: None, t.include_file: None}
+        live.files = dict.fromkeys(t.managed_files)
         live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {display_path(cdir)} does "
                                            "not exist; treated as empty", display_path(cdir)))
         return live
-    for name in (t.topology_file, t.include_file):
+    for name in t.managed_files:
         live.files[name] = _read(cdir / name)
     live.stray_topology_yaml = t.topology_file == "topology.conf" and (cdir / "topology.yaml").exists()
     live.stray_topology_conf = t.topology_file == "topology.yaml" and (cdir / "topology.conf").exists()
@@ -286,14 +286,20 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
     reload or the verification fails, after restoring the files and reloading the old ones.
     """
     cdir = intent.slurm.config_dir
-    changed = {n: d for n, d in desired_files.items() if live.files.get(n) != d}
+    changed: dict[str, bytes | None] = {n: d for n, d in desired_files.items() if live.files.get(n) != d}
+    # A managed file no longer rendered (per-job IMEX scripts after the policy changed) is removed.
+    changed.update({n: None for n, d in live.files.items() if d is not None and n not in desired_files})
     if not changed and not force_reload:
         return ApplyResult((), False, None)
     backup = state.backup({n: live.files.get(n) for n in changed}) if changed else None
     written: list[str] = []
     try:
         for name, data in changed.items():
-            atomic_write(cdir / name, data)
+            if data is None:
+                (cdir / name).unlink()
+            else:
+                # Scripts (per-job IMEX Prolog/Epilog) are run by slurmd and slurmctld: executable.
+                atomic_write(cdir / name, data, default_mode=_mode(name))
             written.append(name)
     except OSError as exc:
         _rollback(cdir, written, live)
@@ -338,10 +344,14 @@ def _reload(intent: Intent) -> str | None:
     return (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
 
 
+def _mode(name: str) -> int:
+    return 0o755 if name.endswith(".sh") else 0o644
+
+
 def _rollback(cdir: Path, written: list[str], live: LiveSlurm) -> None:
     for name in written:
         old = live.files.get(name)
         if old is None:
             (cdir / name).unlink(missing_ok=True)
         else:
-            atomic_write(cdir / name, old)
+            atomic_write(cdir / name, old, default_mode=_mode(name))
