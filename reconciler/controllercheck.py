@@ -45,6 +45,10 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
         view.diagnostics.append(Diagnostic(WARNING, "slurm-version-mismatch", f"the controller runs Slurm "
                                            f"{ctl.version_text}; the intent renders for {t.version_text} "
                                            "(set targets.slurm.version)", "targets.slurm.version"))
+    if intent.imex == "per-job" and ctl.version < (24, 5, 2):
+        view.diagnostics.append(Diagnostic(WARNING, "imex-plugin-old", f"the controller runs Slurm {ctl.version_text}: "
+                                           "switch/nvidia_imex before 24.05.2 has CVE-2024-42511 and is skipped when "
+                                           "job_container/tmpfs is configured; upgrade for per-job IMEX", "policy.imex"))
     if t.topology_file == "topology.conf":
         on_disk = parse_blocks(live.files.get(t.topology_file), t.topology_file)
         if on_disk and _blocks_differ(on_disk, ctl.blocks):

@@ -252,6 +252,10 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         raise smap.error(("targets", "slurm", "topologyFile"),
                          f"topology.yaml needs Slurm 25.05 or newer; version is {slurm.version_text}",
                          hint="use topologyFile: topology.conf for Slurm 24.11")
+    if data.get("policy", {}).get("imex") == "per-job" and slurm.version < (24, 5):
+        raise smap.error(("policy", "imex"), f"per-job IMEX needs switch/nvidia_imex, which Slurm "
+                         f"{slurm.version_text} does not have (added in 24.05)",
+                         hint="set targets.slurm.version to 24.05 or newer, or policy.imex: none")
     if slurm.topology_file == slurm.include_file:
         raise smap.error(("targets", "slurm", "includeFile"), "includeFile must differ from topologyFile")
     if slurm.include_file == "slurm.conf":

@@ -9,7 +9,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import controllercheck, freshness
+from . import controllercheck, freshness, imexcheck
 from .diagnostics import INFO, SEVERITIES, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
@@ -75,6 +75,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     diags: list[Diagnostic] = list(desired.diagnostics)
     diags += slurm_target.check(intent, live, desired.placed_hosts)
     diags += freshness.check(intent, nodes, desired, set(fabric.trays), now)
+    imex_diags, imex_drift = imexcheck.check(intent, nodes, desired.placed_hosts, files)
+    diags += imex_diags
     ctl, view = None, None
     if offline:
         diags.append(Diagnostic(INFO, "controller-not-read", "the running controller was not read (--offline): "
@@ -91,5 +93,6 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
                            intent.damping, now)
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     plan = build_plan(intent, desired, files, live, record, diags, node_plan, view)
+    plan.drift += imex_drift
     plan.show_users = show_users
     return Run(intent, desired, files, live, record, state, plan, ctl, node_plan)

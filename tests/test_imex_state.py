@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,19 @@ def test_the_node_report_carries_the_imex_state_and_stays_valid(monkeypatch, tmp
     check_node(node, file="<test>", place="<test>")
     with pytest.raises(InputError):  # the imex object admits no other keys
         check_node({**node, "imex": {**node["imex"], "daemonUp": True}}, file="<test>", place="<test>")
+
+
+def test_rackctl_imex_script_digests_come_from_the_configless_cache_first(tmp_path):
+    write(tmp_path, "/etc/slurm/rackctl-imex-prolog.sh", "old prolog\n")
+    assert read_imex_state(tmp_path)["scripts"] == {
+        "rackctl-imex-prolog.sh": "sha256:" + hashlib.sha256(b"old prolog\n").hexdigest()}
+    write(tmp_path, "/var/spool/slurmd/conf-cache/rackctl-imex-prolog.sh", "new prolog\n")
+    write(tmp_path, "/var/spool/slurmd/conf-cache/rackctl-imex-epilog.sh", "epilog\n")
+    write(tmp_path, "/var/spool/slurmd/conf-cache/slurm.conf", "ClusterName=x\n")
+    scripts = read_imex_state(tmp_path)["scripts"]
+    assert sorted(scripts) == ["rackctl-imex-epilog.sh", "rackctl-imex-prolog.sh"]
+    assert scripts["rackctl-imex-prolog.sh"].endswith(hashlib.sha256(b"new prolog\n").hexdigest())
+
+
+def test_no_scripts_no_key(tmp_path):
+    assert "scripts" not in read_imex_state(tmp_path)

@@ -9,12 +9,16 @@
   when there is no nodes file.
 - ``channelsMajor``: the major number of ``nvidia-caps-imex-channels`` under
   "Character devices:" in ``/proc/devices``, or None.
+- ``scripts``: ``{file name: "sha256:<hex>"}`` of rackctl's per-job IMEX scripts
+  (``rackctl-imex-*.sh``) in the first of ``SCRIPT_DIRS`` holding any (slurmd's configless
+  cache first), so the plan can tell a node that runs stale scripts; absent when none is found.
 
 ``root`` is the file system root, so tests can point it at a fake tree.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,10 @@ DEFAULT_NODES_FILE = "/etc/nvidia-imex/nodes_config.cfg"
 NODES_KEY = "IMEX_NODE_CONFIG_FILE"
 UNIT = "nvidia-imex.service"
 CHANNELS_DEVICE = "nvidia-caps-imex-channels"
+#: Where slurmd finds rackctl's scripts: its configless cache (SlurmdSpoolDir/conf-cache, and
+#: /run/slurm/conf), else a config dir kept by a shared file system or configuration management.
+SCRIPT_DIRS = ("/var/spool/slurmd/conf-cache", "/run/slurm/conf", "/etc/slurm")
+SCRIPT_GLOB = "rackctl-imex-*.sh"
 
 
 def read_imex_state(root: Path = Path("/")) -> dict[str, Any]:
@@ -40,7 +48,23 @@ def read_imex_state(root: Path = Path("/")) -> dict[str, Any]:
             state["nodes"] = [s for s in (line.strip() for line in text.splitlines())
                               if s and not s.startswith("#")]
     state["channelsMajor"] = _channels_major(_read(root / "proc" / "devices") or "")
+    scripts = _script_digests(root)
+    if scripts:
+        state["scripts"] = scripts
     return state
+
+
+def _script_digests(root: Path) -> dict[str, str]:
+    for folder in SCRIPT_DIRS:
+        found = {}
+        for path in sorted(_under(root, folder).glob(SCRIPT_GLOB)):
+            try:
+                found[path.name] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:  # unreadable, a directory
+                continue
+        if found:
+            return found
+    return {}
 
 
 def _under(root: Path, path: str) -> Path:

@@ -16,7 +16,7 @@ from typing import Callable
 from .. import __version__, hostlist, slurmconf
 from . import slurm_controller
 from ..atomicfile import atomic_write
-from ..diagnostics import ERROR, WARNING, Diagnostic
+from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
 from ..intent import Intent
 from ..planner import History
@@ -27,6 +27,7 @@ RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
 #: Largest managed file, slurm.conf or included file read (bytes).
 MAX_SLURM_FILE_BYTES = 64 * 1024 * 1024
+SITE_KEYS = ("switchtype", "prologflags", "prolog", "epilog", "prologslurmctld", "slurmctldparameters")
 
 
 @dataclass
@@ -39,7 +40,10 @@ class LiveSlurm:
     topology_plugin: str | None = None
     includes: list[str] = field(default_factory=list)
     node_names: set[str] | None = None
-    stray_topology_yaml: bool = False  # a topology.yaml beside the managed topology.conf
+    stray_topology_yaml: bool = False
+    #: slurm.conf settings rackctl's per-job IMEX lines interact with: lowercased key ->
+    #: (key, value, "file:line").
+    site_settings: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # a topology.yaml beside the managed topology.conf
     stray_topology_conf: bool = False  # a topology.conf beside the managed topology.yaml
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -103,6 +107,8 @@ def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: Liv
         if head is None:
             continue
         key, value = head
+        if key.lower() in SITE_KEYS:
+            live.site_settings[key.lower()] = (key, value, f"{display_path(path)}:{line.lineno}")
         if key.lower() == "topologyplugin":
             live.topology_plugin = value
         elif key.lower() == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
@@ -151,11 +157,39 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
         diags.append(Diagnostic(ERROR, "include-missing", f"slurm.conf does not include {t.include_file}; "
                                 f"add `Include {t.include_file}` so the partitions rackctl renders are read",
                                 "slurm.conf"))
+    if intent.imex == "per-job":
+        diags += _imex_site_checks(intent, live)
     unknown = sorted(placed_hosts - live.node_names, key=hostlist.natural_key)
     if unknown:
         diags.append(Diagnostic(ERROR, "host-not-nodename", f"{len(unknown)} placed hosts are not a NodeName "
                                 f"in slurm.conf: {hostlist.compress(unknown)}", "slurm.conf"))
     return diags
+
+
+def _imex_site_checks(intent: Intent, live: LiveSlurm) -> list[Diagnostic]:
+    """The site's slurm.conf against rackctl's per-job IMEX lines (slurm.conf(5))."""
+    out = []
+    site = live.site_settings
+    if "switchtype" in site and site["switchtype"][1] != "switch/nvidia_imex":
+        key, value, where = site["switchtype"]
+        out.append(Diagnostic(ERROR, "imex-switchtype", f"{where} sets {key}={value}; per-job IMEX needs "
+                              "switch/nvidia_imex, which the include file sets: remove that line", "slurm.conf"))
+    if "prologflags" in site and "alloc" not in site["prologflags"][1].lower().split(","):
+        key, value, where = site["prologflags"]
+        out.append(Diagnostic(WARNING, "imex-prologflags", f"{where} sets {key}={value} without Alloc; per-job IMEX "
+                              "needs the Prolog on every node at allocation: add Alloc there (one PrologFlags line "
+                              "wins)", "slurm.conf"))
+    for k in ("prologslurmctld", "prolog", "epilog"):
+        if k in site:
+            key, value, where = site[k]
+            out.append(Diagnostic(INFO, "imex-site-script", f"{where} sets {key}={value}: Slurm runs it as well as "
+                                  "rackctl's (every such line is kept)", "slurm.conf"))
+    params = site.get("slurmctldparameters", ("", "", ""))[1].lower().split(",")
+    if intent.slurm.imex.delivery == "configless" and "enable_configless" not in params:
+        out.append(Diagnostic(WARNING, "imex-not-configless", "delivery is configless but slurm.conf does not set "
+                              "SlurmctldParameters=enable_configless: the Prolog and Epilog will not reach the "
+                              "compute nodes", "targets.slurm.imex.delivery"))
+    return out
 
 
 def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[tuple[str, tuple[str, ...]]]:
