@@ -336,6 +336,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         result = slurm_target.apply(
             intent, run.files, run.live, state, tuple((b.name, b.nodes) for b in run.desired.blocks),
             reload=not args.no_reload,
+            imex_addresses=tuple((n.host, n.address) for n in run.desired.imex_nodes if n.address != n.host),
             verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
             log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
             force_reload=bool(plan.controller_changes))

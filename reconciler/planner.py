@@ -16,7 +16,7 @@ position order, then one per tier holding the blocks of the slices the tier serv
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from . import hostlist
@@ -113,10 +113,13 @@ class History:
     """Blocks as last applied (from rackctl's record, else parsed from the live topology file),
     in position order: ``(block name, nodes)``; a placeholder has no nodes. ``topologies``: the
     block names of each topology of the live topology.yaml, ``(topology name, block names)``
-    (empty with topology.conf), so that a tier's topology keeps its placeholders too."""
+    (empty with topology.conf), so that a tier's topology keeps its placeholders too.
+    ``imex_addresses``: the per-job IMEX address of each tray as last applied, kept for a tray that
+    stops reporting so that its scripts do not change."""
 
     blocks: tuple[tuple[str, tuple[str, ...]], ...] = ()
     topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    imex_addresses: tuple[tuple[str, str], ...] = ()  # (host, IMEX address) as last applied
 
 
 def block_name(slice_name: str) -> str:
@@ -163,32 +166,51 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
     if unplaced:
         diags.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
                                 f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
-    imex_nodes = _imex_nodes(intent, blocks, fabric, diags) if intent.imex == "per-job" else []
+    imex_nodes = _imex_nodes(intent, blocks, fabric, history, diags) if intent.imex == "per-job" else []
     return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags, topologies,
                         imex_nodes)
 
 
-def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, diags: list[Diagnostic]) -> list[ImexNode]:
+def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, history: History,
+                diags: list[Diagnostic]) -> list[ImexNode]:
     """Each placed tray's IMEX address and clique for the per-job IMEX scripts.
 
-    The address is the tray's reported address inside ``targets.slurm.imex.network``; without a
-    network, its only address; otherwise its host name (IMEX nodes files take DNS names too)."""
+    The address is the host name (IMEX nodes files take DNS names), or with
+    ``targets.slurm.imex.network`` the tray's reported address in that network; a tray that does
+    not report keeps its last applied address. The clique is the tray's, else its slice's (a
+    slice is one clique), so a tray going missing does not change the scripts."""
     network = ipaddress.ip_network(intent.slurm.imex.network) if intent.slurm.imex.network else None
+    applied = dict(history.imex_addresses)
     out: list[ImexNode] = []
     by_name: list[str] = []
+    seen: set[str] = set()
     for b in blocks:
+        keys = Counter(str(t.clique_key) for t in map(fabric.trays.get, b.nodes) if t is not None and t.clique_key)
+        slice_clique = keys.most_common(1)[0][0] if keys else b.slice_name
         for h in b.nodes:
+            if h in seen:
+                continue  # a tray in two slices is already an error (host-two-slices)
+            seen.add(h)
             tray = fabric.trays.get(h)
-            addrs = tray.addresses if tray is not None else ()
-            if network is not None:
-                inside = [a for a in addrs if ipaddress.ip_address(a) in network]
+            address = h
+            if network is not None and tray is None:
+                address = applied.get(h, h)
+            elif network is not None:
+                inside = [a for a in tray.addresses if ipaddress.ip_address(a) in network]
                 address = inside[0] if inside else h
-                if not inside and tray is not None:
+                if not inside:
                     by_name.append(h)
-            else:
-                address = addrs[0] if len(addrs) == 1 else h
-            clique = str(tray.clique_key) if tray is not None and tray.clique_key else b.slice_name
+            clique = str(tray.clique_key) if tray is not None and tray.clique_key else slice_clique
             out.append(ImexNode(h, address, clique, b.slice_name))
+    owners: dict[str, list[str]] = defaultdict(list)
+    for n in out:
+        owners[n.address].append(n.host)
+    shared = {a: hs for a, hs in owners.items() if len(hs) > 1}
+    if shared:
+        detail = "; ".join(f"{a}: {hostlist.compress(hs)}" for a, hs in sorted(shared.items()))
+        diags.append(Diagnostic(ERROR, "imex-address-shared", f"trays report the same IMEX address ({detail}); "
+                                "an IMEX nodes file needs one address per tray", "inventory", hardware=True))
+        out = [n if n.address not in shared else replace(n, address=n.host) for n in out]
     if by_name:
         diags.append(Diagnostic(WARNING, "imex-address-missing", f"{len(by_name)} trays report no address in "
                                 f"{network}; their IMEX address is their host name: {hostlist.compress(by_name)}",

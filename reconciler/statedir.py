@@ -56,6 +56,7 @@ class AppliedRecord:
     blocks: tuple[tuple[str, tuple[str, ...]], ...]
     applied_at: str
     rackctl_version: str
+    imex_addresses: tuple[tuple[str, str], ...] = ()  # per-job IMEX: (host, address) as applied
 
 
 class StateDir:
@@ -96,8 +97,9 @@ class StateDir:
                 for h in b["nodes"]:
                     hostlist.natural_key(h)  # raises InputError for anything but a host name
             blocks = tuple((b["name"], tuple(b["nodes"])) for b in doc["blocks"])
+            imex = tuple((str(h), str(a)) for h, a in dict(doc.get("imexAddresses") or {}).items())
             return AppliedRecord(doc["configDir"], dict(doc["files"]), blocks, doc["appliedAt"],
-                                 doc["rackctlVersion"])
+                                 doc["rackctlVersion"], imex)
         except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:
             why = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
             raise TargetError(f"{f}: malformed apply record ({why})", hint=hint) from None
@@ -129,6 +131,8 @@ class StateDir:
             "rackctlVersion": record.rackctl_version, "files": record.files,
             "blocks": [{"name": n, "nodes": list(nodes)} for n, nodes in record.blocks],
         }
+        if record.imex_addresses:
+            doc["imexAddresses"] = dict(record.imex_addresses)
         atomic_write(self.path / "applied.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(),
                      default_mode=0o600)
 

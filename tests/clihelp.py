@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.cli import main
+from reconciler.intent import IMEX_SCRIPTS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if (p / "intent.yaml").is_file())
-MANAGED = ("topology.conf", "rackctl.conf")  # the examples' topologyFile and includeFile
+MANAGED = ("topology.conf", "rackctl.conf", *IMEX_SCRIPTS.values())  # every example is per-job IMEX
 
 
 @dataclass

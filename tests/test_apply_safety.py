@@ -19,6 +19,8 @@ import pytest
 
 from clihelp import ROOT, assert_one_error, copy_example, rackctl, snapshot
 
+from reconciler.intent import IMEX_SCRIPTS
+
 EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"  # the example's metadata.name
 RELOAD_LINE = 'reload: ["scontrol", "reconfigure"]'
@@ -166,13 +168,16 @@ def test_backups_land_in_the_state_dir_and_the_config_dir_stays_clean(tmp_path):
     (site.cfg / "topology.conf").write_bytes(OLD_TOPOLOGY)
     assert site.run("apply").rc == 0
 
-    assert sorted(p.name for p in site.cfg.iterdir()) == ["rackctl.conf", "slurm.conf", "topology.conf"]
+    scripts = sorted(IMEX_SCRIPTS.values())  # the site is per-job IMEX
+    assert sorted(p.name for p in site.cfg.iterdir()) == sorted(["rackctl.conf", "slurm.conf", "topology.conf",
+                                                                 *scripts])
+    assert all((site.cfg / n).stat().st_mode & 0o777 == 0o755 for n in scripts)  # run by slurmd/slurmctld
     backups = sorted((site.state / CLUSTER / "backups").iterdir())
     assert len(backups) == 1
     assert (backups[0] / "topology.conf").read_bytes() == OLD_TOPOLOGY
     assert not (backups[0] / "rackctl.conf").exists()  # did not exist before the apply
     manifest = json.loads((backups[0] / "manifest.json").read_text())
-    assert manifest == {"rackctl.conf": None,
+    assert manifest == {"rackctl.conf": None, **dict.fromkeys(scripts),
                         "topology.conf": "sha256:" + hashlib.sha256(OLD_TOPOLOGY).hexdigest()}
     # nothing of rackctl's own lands in the config dir or the intent's folder
     assert sorted(p.name for p in site.intent.parent.iterdir()) == ["intent.yaml", "inventory", "slurm"]

@@ -49,7 +49,7 @@ def test_plan_apply_plan_apply_is_idempotent(example, capsys):
 
     res = run_main(capsys, "plan", *args)
     assert res.rc == 2, res
-    assert res.out.rstrip().splitlines()[-1].startswith("Plan: files: 2 to add"), res
+    assert res.out.rstrip().splitlines()[-1].startswith(f"Plan: files: {len(MANAGED)} to add"), res
     assert sorted(p.name for p in cfg.iterdir()) == ["slurm.conf"]  # plan never writes
 
     res = run_main(capsys, "apply", *args, "--no-reload", "--auto-approve")

@@ -18,6 +18,7 @@ import jinja2
 
 from .. import hostlist
 from ..intent import IMEX_SCRIPTS, Intent
+from .imex import render_imex_scripts
 from ..planner import Block, DesiredSlurm, Partition
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
@@ -36,7 +37,8 @@ _env = jinja2.Environment(
 
 
 def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
-    """Return ``{file name: bytes}`` for the topology file and the include file.
+    """Return ``{file name: bytes}`` for the topology file, the include file and, under per-job
+    IMEX, the three IMEX scripts (``reconciler.render.imex``).
 
     Deterministic: the same intent and desired state give byte-identical files.
     """
@@ -50,7 +52,10 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
         include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=intent.slurm.imex.channel_count,
         scripts={k: _safe_path(v) for k, v in imex_script_settings(intent).items()},
         partitions=[_partition(p) for p in desired.partitions], **common)
-    return {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
+    files = {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
+    if desired.imex == "per-job":
+        files.update(render_imex_scripts(intent.name, common["intent_file"], desired.imex_nodes, intent.slurm.imex))
+    return files
 
 
 def imex_script_settings(intent: Intent) -> dict[str, str]:

@@ -293,7 +293,7 @@ def history(intent: Intent, live: LiveSlurm, record: AppliedRecord | None) -> Hi
     data = live.files.get(name)
     topologies = tuple(parse_topologies(data)) if name.endswith(".yaml") else ()
     if record is not None:
-        return History(record.blocks, topologies)
+        return History(record.blocks, topologies, record.imex_addresses)
     return History(tuple(parse_blocks(data, name)), topologies)
 
 
@@ -308,6 +308,7 @@ class ApplyResult:
 
 def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, state: StateDir,
           blocks: tuple[tuple[str, tuple[str, ...]], ...], *, reload: bool,
+          imex_addresses: tuple[tuple[str, str], ...] = (),
           verify: Callable[[], list[str]] | None = None, log_file: str = "",
           force_reload: bool = False) -> ApplyResult:
     """Write the changed files, reload, verify, roll back on failure, then record the apply.
@@ -360,7 +361,7 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
                               f"back and {state_note}{log}",
                               hint="fix the cause, or use --no-reload to write files without reloading")
     state.write_record(AppliedRecord(str(cdir), {n: digest(d) for n, d in desired_files.items()}, blocks,
-                                     now_rfc3339(), __version__))
+                                     now_rfc3339(), __version__, imex_addresses))
     return ApplyResult(tuple(written), reload, backup)
 
 
