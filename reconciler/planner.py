@@ -167,6 +167,7 @@ def plan_slurm(intent: Intent, fabric: Fabric, history: History) -> DesiredSlurm
         diags.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
                                 f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
     imex_nodes = _imex_nodes(intent, blocks, fabric, history, diags) if intent.imex == "per-job" else []
+    _check_imex_span(partitions, imex_nodes, diags)
     return DesiredSlurm(blocks, block_sizes(intent), partitions, node_states, intent.imex, diags, topologies,
                         imex_nodes)
 
@@ -217,6 +218,20 @@ def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, history: Hi
                                 "targets.slurm.imex.network", hardware=True))
     out.sort(key=lambda n: hostlist.natural_key(n.host))
     return out
+
+
+def _check_imex_span(partitions: list[Partition], imex_nodes: list[ImexNode], diags: list[Diagnostic]) -> None:
+    """Under per-job IMEX a job must stay inside one clique: warn for a tier whose MaxNodes lets
+    jobs grow past its largest clique (PrologSlurmctld would refuse them, and Slurm requeue them)."""
+    clique_of = {n.host: n.clique for n in imex_nodes}
+    for p in partitions:
+        sizes = Counter(clique_of[h] for h in p.nodes if h in clique_of)
+        largest = max(sizes.values(), default=0)
+        if largest and (p.max_nodes is None or p.max_nodes > largest):
+            limit = "no MaxNodes" if p.max_nodes is None else f"MaxNodes={p.max_nodes}"
+            diags.append(Diagnostic(WARNING, "imex-span", f"tier {p.tier}: {limit} admits jobs larger than its "
+                                    f"largest NVLink clique ({largest} trays); per-job IMEX refuses them at "
+                                    "PrologSlurmctld (set policy.maxJobSpan: slice)", p.tier))
 
 
 def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[str, str]:

@@ -79,7 +79,7 @@ main() {
         [[ ${want[$host]} == found ]] || missing+=("$host")
     done
     if ((${#missing[@]} > 0)); then
-        die "refusing the job: per-job IMEX cannot include nodes outside rackctl's IMEX tiers:" \
+        refuse "refusing the job: per-job IMEX cannot include nodes outside rackctl's IMEX tiers:" \
             "$(compress "$(IFS=,; printf '%s' "${missing[*]}")")" \
             "(the job also has IMEX trays of clique ${cliques[0]}: $(compress "${clique_nodes[${cliques[0]}]}"))"
     fi
@@ -90,10 +90,17 @@ main() {
             shown=$((shown + 1))
         done
         ((${#cliques[@]} <= 8)) || listed+="; and $((${#cliques[@]} - 8)) more cliques"
-        die "refusing the job: its nodes span ${#cliques[@]} NVLink cliques, per-job IMEX needs" \
+        refuse "refusing the job: its nodes span ${#cliques[@]} NVLink cliques, per-job IMEX needs" \
             "one$listed"
     fi
     exit 0
+}
+
+# Slurm requeues a job its PrologSlurmctld refuses; the reason goes where `scontrol show job`
+# shows it (AdminComment), best effort, then the refusal itself.
+refuse() {
+    scontrol update "jobid=$job" "admincomment=rackctl: $*" >/dev/null 2>&1 || true
+    die "$@"
 }
 
 # The NVLink clique (<clusterUUID>.<cliqueId>, or the slice name where the fabric gave none) of
