@@ -8,6 +8,7 @@ import json
 from .diagnostics import ERROR, INFO, WARNING
 from .plan import Plan
 
+MAX_DIFF_LINES = 200
 _MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~"}
 _NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
                 "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
@@ -21,6 +22,15 @@ def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
     if fmt == "markdown":
         return _markdown(plan, command)
     return _text(plan, command)
+
+
+def _shown_diff(diff: str) -> list[str]:
+    """A file's diff for people: at most ``MAX_DIFF_LINES`` lines (a fleet's topology file or
+    IMEX map runs to tens of thousands); the JSON plan keeps it whole."""
+    lines = diff.splitlines()
+    if len(lines) <= MAX_DIFF_LINES:
+        return lines
+    return lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines (the JSON plan has them all)"]
 
 
 def summary_line(plan: Plan) -> str:
@@ -66,7 +76,7 @@ def _text(plan: Plan, command: str) -> str:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
         for c in plan.file_changes:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
-            out += ["      " + line for line in c.diff.splitlines()]
+            out += ["      " + line for line in _shown_diff(c.diff)]
         out.append("")
     out += _controller_text(plan)
     if plan.node_states:
@@ -123,7 +133,7 @@ def _markdown(plan: Plan, command: str) -> str:
             out.append(f"| {_MARK[c.action]} | `{c.address}` | {c.action} | {c.cause} | {c.reason} |")
         out.append("")
         for c in plan.file_changes:
-            out += [f"<details><summary>{c.address}</summary>", "", "```diff", c.diff.rstrip("\n"), "```",
+            out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_shown_diff(c.diff), "```",
                     "", "</details>", ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
