@@ -305,6 +305,9 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    if args.drain_first and args.offline:
+        raise InputError("--drain-first needs the running controller to see busy trays; drop --offline",
+                         field="--drain-first")
     intent = _intent(args)
     state = _state(args, intent)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
@@ -323,7 +326,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if busy:
             return _busy_reslice(args, run, busy)
         if not plan.has_changes:
-            state.write_health(run.nodes.history)  # a pass: damping counts it
+            _count_pass(run)
             runs = " and the controller runs them" if run.controller is not None else ""
             print(f"No changes. The Slurm files match the intent{runs}; nothing written, nothing reloaded.")
             _print_pending(plan)
@@ -341,7 +344,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
             force_reload=bool(plan.controller_changes))
         calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
-        state.write_health(run.nodes.history)
+        _count_pass(run)
     if result.written:
         how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
         if result.reloaded and ctl is not None:
@@ -358,6 +361,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
               "and every slurmd are restarted; rackctl does not restart them.")
     _print_pending(plan)
     return EXIT_OK
+
+
+def _count_pass(run: pipeline.Run) -> None:
+    """Save the health history: this apply was a pass for damping. Only when the controller was
+    read: an offline pass cannot drain, and must not make the next online one drain at once."""
+    if run.controller is not None:
+        run.state.write_health(run.nodes.history)
 
 
 def _apply_node_states(run: pipeline.Run, *, resliced: bool) -> int:
@@ -396,7 +406,7 @@ def _busy_reslice(args: argparse.Namespace, run: pipeline.Run, busy: list[dict])
     todo = [h for h in hosts if not ctl.nodes[h].drained] if all(h in ctl.nodes for h in hosts) else hosts
     if todo:
         slurm_controller.update_nodes(todo, "DRAIN", RESLICE_REASON)
-    run.state.write_health(run.nodes.history)
+    _count_pass(run)
     print(f"Re-slice deferred: {what}. Drained {len(todo)} of them (reason \"{RESLICE_REASON}\"); "
           "run apply again once their jobs end. Nothing else was written.")
     return EXIT_OK

@@ -15,9 +15,9 @@ from . import hostlist
 from .diagnostics import ERROR, INFO, WARNING, Diagnostic
 from .intent import Intent
 from .planner import DesiredSlurm
-from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions
+from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from .targets import slurm_controller
-from .targets.slurm_controller import Controller
+from .targets.slurm_controller import CONFIG_KEYS, Controller
 
 
 @dataclass
@@ -66,6 +66,11 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
         elif set(running) != nodes:
             view.not_loaded.append(f"{t.include_file} written, not loaded: partition {name} runs "
                                    f"{len(running)} nodes, the file says {len(nodes)}")
+    stale = _settings_not_loaded(parse_settings(live.files.get(t.include_file)), ctl.config)
+    if stale:
+        view.diagnostics.append(Diagnostic(WARNING, "settings-not-loaded", f"{t.include_file} sets "
+                                           f"{'; '.join(stale)}: slurmctld runs otherwise (restart slurmctld and "
+                                           "slurmd to load them)", t.include_file))
     view.blocks = _block_states(ctl)
     view.busy = _busy_reslice(desired, ctl)
     if view.busy:
@@ -76,14 +81,33 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
     return view
 
 
+def _settings_not_loaded(on_disk: dict[str, str], running: dict[str, str]) -> list[str]:
+    """Settings of the include file that ``scontrol show config`` does not show as loaded. Script
+    settings may hold the site's scripts too: the file's one must be among them."""
+    out = []
+    for key, want in sorted(on_disk.items()):
+        if key not in CONFIG_KEYS:
+            continue
+        have = running.get(key, "")
+        if key in ("Prolog", "Epilog", "PrologSlurmctld", "PrologFlags"):
+            ok = set(want.lower().split(",")) <= set(have.lower().split(","))
+        else:
+            ok = want == have
+        if not ok:
+            out.append(f"{key}={want} (running: {have or '(unset)'})")
+    return out
+
+
 def _blocks_differ(a: list[tuple[str, tuple[str, ...]]], b: list[tuple[str, tuple[str, ...]]]) -> bool:
     return [(n, frozenset(h)) for n, h in a] != [(n, frozenset(h)) for n, h in b]
 
 
 def _first_block_difference(on_disk, running) -> str:
     for i, ((fn, fh), (rn, rh)) in enumerate(zip(on_disk, running)):
-        if fn != rn or set(fh) != set(rh):
-            return f"; first difference at position {i}: file {fn} vs controller {rn}"
+        if fn != rn:
+            return f"; first difference at position {i}: block {fn} vs {rn}"
+        if set(fh) != set(rh):
+            return f"; first difference at position {i}: block {fn} has other nodes"
     return ""
 
 

@@ -433,9 +433,13 @@ def _imex_settings(data: dict[str, Any], smap: SourceMap) -> ImexSettings:
             network = str(ipaddress.ip_network(network, strict=False))
         except ValueError as exc:
             raise smap.error(("targets", "slurm", "imex", "network"), f"{exc}; expected a CIDR like 10.0.0.0/16") from None
+    ready = duration_s(data["readyTimeout"]) if "readyTimeout" in data else 60
+    if not 1 <= ready <= 86400:
+        raise smap.error(("targets", "slurm", "imex", "readyTimeout"), f"{data['readyTimeout']} is {ready} s; "
+                         "expected 1 s to 1 day (the Prolog waits this long for READY)")
     return ImexSettings(
         channel_count=int(data.get("channelCount", DEFAULT_IMEX_CHANNELS)),
-        ready_timeout_s=duration_s(data["readyTimeout"]) if "readyTimeout" in data else 60,
+        ready_timeout_s=ready,
         network=network,
         delivery=data.get("delivery", "configless"),
         node_script_dir=data.get("nodeScriptDir"),

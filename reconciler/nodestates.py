@@ -38,8 +38,16 @@ class HealthHistory:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> HealthHistory:
         """Raises KeyError/TypeError/ValueError on a malformed document (the caller names the file)."""
-        unhealthy = {str(h): (str(v["since"]), int(v["passes"])) for h, v in dict(doc["unhealthy"]).items()}
-        return cls(unhealthy, {str(h): str(s) for h, s in dict(doc["healthySince"]).items()})
+        unhealthy_doc, healthy_doc = doc["unhealthy"], doc["healthySince"]
+        if not isinstance(unhealthy_doc, dict) or not isinstance(healthy_doc, dict):
+            raise TypeError("'unhealthy' and 'healthySince' must be objects")
+        unhealthy = {}
+        for h, v in unhealthy_doc.items():
+            passes = v["passes"]
+            if isinstance(passes, bool) or not isinstance(passes, int) or passes < 0:
+                raise ValueError(f"{h}: passes {passes!r} is not a count")
+            unhealthy[h] = (_checked_stamp(v["since"], h), passes)
+        return cls(unhealthy, {h: _checked_stamp(s, h) for h, s in healthy_doc.items()})
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,14 @@ def plan_nodes(desired: list[NodeState], slice_of: dict[str, str], live: dict[st
             rows.append(NodeRow(host, slice_of[host], "pending-resume", node.reason,
                                 f"healthy for {int(waited)} of {damping.resume_after_s} s"))
     return NodePlan(rows, nxt)
+
+
+def _checked_stamp(stamp: Any, host: str) -> str:
+    """An RFC 3339 UTC time as rackctl writes it; raises ValueError otherwise."""
+    if not isinstance(stamp, str) or not stamp.endswith("Z"):
+        raise ValueError(f"{host}: {stamp!r} is not an RFC 3339 UTC time")
+    _parse(stamp)
+    return stamp
 
 
 def _rfc3339(t: dt.datetime) -> str:

@@ -18,7 +18,7 @@ from .inventory.store import load_inventory
 from .nodestates import NodePlan, plan_nodes
 from .plan import Plan, build_plan
 from .planner import DesiredSlurm, plan_slurm
-from .render.slurm import render_slurm
+from .render.slurm import SAFE_PATH, render_slurm
 from .statedir import AppliedRecord, StateDir
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
@@ -66,6 +66,10 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
                          file=intent.source.file, field="inventory")
+    if intent.imex == "per-job" and not SAFE_PATH.fullmatch(str(intent.slurm.config_dir)):
+        raise InputError(f"{intent.slurm.config_dir}: per-job IMEX puts this path into PrologSlurmctld=, which "
+                         "cannot hold spaces or shell characters; expected letters, digits and _ . / -",
+                         file=intent.source.file, field="targets.slurm.configDir")
     nodes = load_inventory(intent.inventory_path)
     fabric = build_fabric(nodes)
     live = slurm_target.read_live(intent)

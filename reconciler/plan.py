@@ -20,7 +20,7 @@ from .nodestates import NodePlan
 from .planner import DesiredSlurm
 from .render.slurm import partition_options
 from .statedir import AppliedRecord, digest
-from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions
+from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from .yamlsource import display_path
 
 FORMAT_VERSION = "1"
@@ -253,7 +253,7 @@ def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, caus
 
 def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> list[Change]:
     """Global ``Key=value`` lines of the include file (not PartitionName lines)."""
-    old, new = _settings(live_include), _settings(include)
+    old, new = parse_settings(live_include), parse_settings(include)
     out = []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
@@ -263,15 +263,6 @@ def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> 
         if key in RESTART_SETTINGS:
             reason += " (restart required: slurmctld and every slurmd; rackctl does not restart them)"
         out.append(Change("setting", f"slurm/setting/{key}", action, cause, reason))
-    return out
-
-
-def _settings(data: bytes | None) -> dict[str, str]:
-    out = {}
-    for line in slurmconf.parse((data or b"").decode("utf-8", errors="replace")):
-        head = line.head
-        if head and head[0].lower() not in ("partitionname", "nodename", "include"):
-            out[head[0]] = head[1]
     return out
 
 

@@ -197,7 +197,7 @@ def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, history: Hi
             if network is not None and tray is None:
                 address = applied.get(h, h)
             elif network is not None:
-                inside = [a for a in tray.addresses if ipaddress.ip_address(a) in network]
+                inside = [a for a in tray.addresses if _in_network(a, network)]
                 address = inside[0] if inside else h
                 if not inside:
                     by_name.append(h)
@@ -218,6 +218,15 @@ def _imex_nodes(intent: Intent, blocks: list[Block], fabric: Fabric, history: Hi
                                 "targets.slurm.imex.network", hardware=True))
     out.sort(key=lambda n: hostlist.natural_key(n.host))
     return out
+
+
+def _in_network(address: str, network) -> bool:
+    """Whether ``address`` is a plain (unscoped) IP inside ``network``; anything else is not."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return "%" not in address and ip.version == network.version and ip in network
 
 
 def _check_imex_span(partitions: list[Partition], imex_nodes: list[ImexNode], diags: list[Diagnostic]) -> None:

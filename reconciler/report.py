@@ -83,7 +83,8 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Node states:")
         for s in plan.node_states:
             note = f" [{s['note']}]" if s.get("note") else ""
-            out.append(f"  {_NODE_ACTION[s['action']]}: {s['node']} (slice {s['slice']}): {s['reason']}{note}")
+            out.append(f"  {_NODE_ACTION[s['action']]}: {s['node']} (slice {s['slice']}): {_oneline(s['reason'])}"
+                       f"{_oneline(note)}")
         out.append("")
     for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
         items = [d for d in plan.diagnostics if d.severity == sev and d.code != "node-drain"]
@@ -95,6 +96,11 @@ def _text(plan: Plan, command: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _oneline(text: str) -> str:
+    # Reasons and user names come from the controller: nothing in them may break a plan line.
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _controller_text(plan: Plan) -> list[str]:
     """The live controller: version, loaded or not, busy re-sliced trays, blocks with node trouble."""
     view = plan.controller
@@ -104,11 +110,11 @@ def _controller_text(plan: Plan) -> list[str]:
                                                     else "files written, NOT loaded")]
     out += [f"  ! {why}" for why in view.not_loaded]
     for b in view.busy:
-        who = f" (users {', '.join(b['users'])})" if plan.show_users else ""
+        who = f" (users {_oneline(', '.join(b['users']))})" if plan.show_users else ""
         out.append(f"  ! busy: {b['node']} runs job(s) {', '.join(map(str, b['jobs']))}{who}; block "
                    f"{b['from'] or '(none)'} -> {b['to'] or '(none)'}")
     for b in view.blocks:
-        bits = [f"{len(b['drained'])} drained ({', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained'])})"
+        bits = [f"{len(b['drained'])} drained ({_oneline(', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained']))})"
                 if b["drained"] else "",
                 f"{len(b['down'])} down ({', '.join(d['node'] for d in b['down'])})" if b["down"] else "",
                 f"{b['allocated']} allocated" if b["allocated"] else ""]

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from .nodestates import HealthHistory
 from .yamlsource import read_bytes_capped
 
 RECORD_FORMAT = 1
+_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]{2,45}")  # rackctl records only IPs
 KEEP_BACKUPS = 10
 MAX_RECORD_BYTES = 256 * 1024 * 1024
 
@@ -97,7 +99,14 @@ class StateDir:
                 for h in b["nodes"]:
                     hostlist.natural_key(h)  # raises InputError for anything but a host name
             blocks = tuple((b["name"], tuple(b["nodes"])) for b in doc["blocks"])
-            imex = tuple((str(h), str(a)) for h, a in dict(doc.get("imexAddresses") or {}).items())
+            imex_doc = doc.get("imexAddresses") or {}
+            if not isinstance(imex_doc, dict):
+                raise TypeError("imexAddresses must be an object")
+            for h, a in imex_doc.items():
+                hostlist.natural_key(h)
+                if not isinstance(a, str) or not _ADDRESS.fullmatch(a):
+                    raise ValueError(f"imexAddresses: {h}: {a!r} is not an IP address")
+            imex = tuple(imex_doc.items())
             return AppliedRecord(doc["configDir"], dict(doc["files"]), blocks, doc["appliedAt"],
                                  doc["rackctlVersion"], imex)
         except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:

@@ -23,7 +23,7 @@ from ..planner import Block, DesiredSlurm, Partition
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
-_SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
+SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
 
 
 _env = jinja2.Environment(
@@ -50,7 +50,8 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
                      "blocks": [_block(b) for b in t.blocks]} for t in desired.topologies], **common)
     include = _env.get_template("include.conf.j2").render(
         include_file=intent.slurm.include_file, imex=desired.imex, imex_channels=intent.slurm.imex.channel_count,
-        scripts={k: _safe_path(v) for k, v in imex_script_settings(intent).items()},
+        scripts={k: _safe_path(v) for k, v in imex_script_settings(intent).items()} if desired.imex == "per-job"
+        else {},
         partitions=[_partition(p) for p in desired.partitions], **common)
     files = {intent.slurm.topology_file: topo.encode(), intent.slurm.include_file: include.encode()}
     if desired.imex == "per-job":
@@ -73,7 +74,7 @@ def imex_script_settings(intent: Intent) -> dict[str, str]:
 
 
 def _safe_path(value: str) -> str:
-    if not _SAFE_PATH.fullmatch(value):
+    if not SAFE_PATH.fullmatch(value):
         raise ValueError(f"refusing to render unsafe Slurm path {value!r}")
     return value
 

@@ -273,6 +273,16 @@ def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[str
     return out
 
 
+def parse_settings(data: bytes | None) -> dict[str, str]:
+    """Global ``Key=value`` lines of an include file (not PartitionName/NodeName/Include)."""
+    out = {}
+    for line in slurmconf.parse((data or b"").decode("utf-8", errors="replace")):
+        head = line.head
+        if head and head[0].lower() not in ("partitionname", "nodename", "include"):
+            out[head[0]] = head[1]
+    return out
+
+
 def parse_partitions(data: bytes | None) -> dict[str, dict[str, str]]:
     """``PartitionName=`` lines of an include file: name -> {option: value}."""
     if not data:

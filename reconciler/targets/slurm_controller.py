@@ -155,9 +155,9 @@ def read_controller() -> Controller:
                           hint="start the controller, or pass --offline to plan from the files alone")
     version = parse_version(run(["scontrol", "--version"]))
     blocks, sizes = parse_topology(_topology_text())
-    nodes = parse_nodes(_json(["scontrol", "show", "nodes", "--json"]))
-    partitions = parse_partitions(_json(["scontrol", "show", "partition", "--json"]))
-    jobs = parse_jobs(_json(["squeue", "--json"]))
+    nodes = _parsed(["scontrol", "show", "nodes", "--json"], parse_nodes)
+    partitions = _parsed(["scontrol", "show", "partition", "--json"], parse_partitions)
+    jobs = _parsed(["squeue", "--json"], parse_jobs)
     config = parse_config(run(["scontrol", "show", "config"]))
     ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config)
     for job in jobs:
@@ -182,7 +182,7 @@ def read_loaded() -> tuple[list[tuple[str, tuple[str, ...]]], list[int], dict[st
     """What the controller runs now: (blocks, block sizes, partitions). Cheaper than
     ``read_controller``: used to verify an apply."""
     blocks, sizes = parse_topology(_topology_text())
-    return blocks, sizes, parse_partitions(_json(["scontrol", "show", "partition", "--json"]))
+    return blocks, sizes, _parsed(["scontrol", "show", "partition", "--json"], parse_partitions)
 
 
 def wait_until_up(timeout_s: float = 60, interval_s: float = 0.5) -> bool:
@@ -275,11 +275,13 @@ def parse_topology(text: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[i
 
 
 def parse_nodes(doc: dict[str, Any]) -> dict[str, NodeInfo]:
-    """``scontrol show nodes --json`` -> name -> NodeInfo."""
+    """``scontrol show nodes --json`` -> name -> NodeInfo. Raises ``TargetError`` on a document
+    of another shape."""
     out = {}
     for n in _items(doc, "nodes"):
-        out[n["name"]] = NodeInfo(n["name"], frozenset(n.get("state") or ()), n.get("reason") or "",
-                                  n.get("reason_set_by_user") or "")
+        name = _text(n, "name", required=True)
+        out[name] = NodeInfo(name, frozenset(_flags(n.get("state"), "state")), _text(n, "reason"),
+                             _text(n, "reason_set_by_user"))
     return out
 
 
@@ -287,43 +289,90 @@ def parse_partitions(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     """``scontrol show partition --json`` -> name -> configured nodes (expanded)."""
     out = {}
     for p in _items(doc, "partitions"):
-        configured = (p.get("nodes") or {}).get("configured") or ""
-        out[p["name"]] = tuple(hostlist.expand(configured)) if configured else ()
+        nodes = p.get("nodes") or {}
+        if not isinstance(nodes, dict):
+            raise TargetError(f"partition {p.get('name')!r}: 'nodes' is {type(nodes).__name__}; expected an object")
+        configured = _text(nodes, "configured")
+        out[_text(p, "name", required=True)] = _hosts(configured, "partition nodes")
     return out
 
 
 def parse_jobs(doc: dict[str, Any]) -> list[Job]:
-    """``squeue --json`` -> jobs (every state; ``nodes`` empty while pending)."""
+    """``squeue --json`` -> jobs (every state; ``nodes`` empty while pending). ``job_state`` is a
+    list of flags in data_parser v0.0.40+; a plain string (older releases) is read as one flag."""
     out = []
     for j in _items(doc, "jobs"):
-        nodes = j.get("nodes") or ""
-        out.append(Job(int(j["job_id"]), j.get("user_name") or str(j.get("user_id", "")),
-                       tuple(j.get("job_state") or ()), j.get("partition") or "",
-                       tuple(hostlist.expand(nodes)) if nodes else ()))
+        job_id = j.get("job_id")
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise TargetError(f"a job's 'job_id' is {job_id!r}; expected an integer")
+        user = j.get("user_name") or str(j.get("user_id", ""))
+        out.append(Job(job_id, str(user), tuple(_flags(j.get("job_state"), "job_state")), _text(j, "partition"),
+                       _hosts(_text(j, "nodes"), f"job {job_id} nodes")))
     return out
+
+
+def _flags(value: Any, what: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise TargetError(f"{what!r} is {value!r}; expected a list of state flags")
+
+
+def _text(obj: dict[str, Any], key: str, *, required: bool = False) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise TargetError(f"{key!r} is {value!r}; expected text")
+    return value
+
+
+def _hosts(text: str, what: str) -> tuple[str, ...]:
+    try:
+        return tuple(hostlist.expand(text)) if text else ()
+    except RackctlError as exc:
+        raise TargetError(f"{what}: {exc.message}") from None
 
 
 def parse_config(text: str) -> dict[str, str]:
-    """``scontrol show config`` -> the ``CONFIG_KEYS`` values (``(null)`` -> empty)."""
-    out = {}
+    """``scontrol show config`` -> the ``CONFIG_KEYS`` values (``(null)`` -> empty; a setting
+    listed as ``Key[0]``, ``Key[1]``... -> its values joined by commas)."""
+    out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        key = key.strip()
+        # Script settings may be given many times: "Prolog[0] = a", "Prolog[1] = b" -> "a,b".
+        key = key.strip().split("[", 1)[0]
         if sep and key in CONFIG_KEYS:
             value = value.strip()
-            out[key] = "" if value == "(null)" else value
+            value = "" if value == "(null)" else value
+            out[key] = f"{out[key]},{value}" if out.get(key) and value else value or out.get(key, "")
     return out
+
+
+def _parsed(args: list[str], parser):
+    """``parser(document of args)``; any error names the command."""
+    try:
+        return parser(_json(args))
+    except TargetError as exc:
+        if exc.message.startswith("`"):
+            raise
+        raise TargetError(f"`{' '.join(args)}`: {exc.message}") from None
 
 
 def _json(args: list[str]) -> dict[str, Any]:
     text = run(args)
     try:
         doc = json.loads(text)
-    except ValueError as exc:
-        raise TargetError(f"`{' '.join(args)}` printed no JSON document ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise TargetError(f"`{' '.join(args)}` printed no JSON document ({str(exc)[:200]})") from None
     if not isinstance(doc, dict):
         raise TargetError(f"`{' '.join(args)}` printed JSON that is not an object")
     errors = doc.get("errors") or []
+    if not isinstance(errors, list):
+        raise TargetError(f"`{' '.join(args)}` printed 'errors' that is not a list")
     if errors:
         first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
         raise TargetError(f"`{' '.join(args)}` reported an error: {first.get('description') or first}")
