@@ -357,8 +357,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"Node states: {len(run.nodes.drains)} drained, {len(run.nodes.resumes)} resumed "
               f"({calls} scontrol update call(s)).")
     for c in plan.restart_required:
-        print(f"Restart required: {c.reason.split(' (restart required', 1)[0]} takes effect only when slurmctld "
-              "and every slurmd are restarted; rackctl does not restart them.")
+        print(f"Restart required: {c.reason.split(' (restart required', 1)[0]} takes effect on the compute nodes "
+              "only when every slurmd is restarted; rackctl does not restart daemons.")
     _print_pending(plan)
     return EXIT_OK
 

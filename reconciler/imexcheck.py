@@ -19,9 +19,10 @@ from .statedir import digest
 _DELIVERY = {
     "configless": "configless mode: slurmctld sends the Prolog and Epilog (relative paths) to every slurmd "
                   "with the config (needs SlurmctldParameters=enable_configless and slurmd --conf-server)",
-    "shared-filesystem": "a shared file system: the compute nodes read them from {dir}",
-    "config-management": "the site's configuration management, which must copy them to {dir} on every "
-                         "compute node",
+    "shared-filesystem": "a shared file system: rackctl writes them into the config dir, which the compute "
+                         "nodes must see as {dir}",
+    "config-management": "the site's configuration management, which must copy them from the config dir to "
+                         "{dir} on every compute node",
 }
 
 

@@ -261,7 +261,8 @@ def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> 
         action = "create" if key not in old else "delete" if key not in new else "update"
         reason = f"{key} {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
         if key in RESTART_SETTINGS:
-            reason += " (restart required: slurmctld and every slurmd; rackctl does not restart them)"
+            reason += (" (restart required: every slurmd takes it only on a restart; slurmctld 24.11 reloads it on "
+                       "reconfigure; rackctl does not restart daemons)")
         out.append(Change("setting", f"slurm/setting/{key}", action, cause, reason))
     return out
 

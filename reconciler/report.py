@@ -9,6 +9,7 @@ from .diagnostics import ERROR, INFO, WARNING
 from .plan import Plan
 
 MAX_DIFF_LINES = 200
+MAX_SCRIPT_DIFF_LINES = 12
 _MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~"}
 _NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
                 "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
@@ -24,13 +25,19 @@ def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
     return _text(plan, command)
 
 
-def _shown_diff(diff: str) -> list[str]:
-    """A file's diff for people: at most ``MAX_DIFF_LINES`` lines (a fleet's topology file or
-    IMEX map runs to tens of thousands); the JSON plan keeps it whole."""
+def _shown_diff(diff: str, limit: int = 0) -> list[str]:
+    """A file's diff for people: at most ``limit`` lines (default ``MAX_DIFF_LINES``: a fleet's
+    topology file or IMEX map runs to tens of thousands); the JSON plan keeps it whole."""
+    limit = limit or MAX_DIFF_LINES
     lines = diff.splitlines()
-    if len(lines) <= MAX_DIFF_LINES:
+    if len(lines) <= limit:
         return lines
-    return lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines (the JSON plan has them all)"]
+    return lines[:limit] + [f"... {len(lines) - limit} more diff lines (the JSON plan has them all)"]
+
+
+def _file_diff(c) -> list[str]:
+    # The per-job IMEX scripts are long and mostly fixed text: a few lines say enough here.
+    return _shown_diff(c.diff, MAX_SCRIPT_DIFF_LINES if c.address.endswith(".sh") else 0)
 
 
 def summary_line(plan: Plan) -> str:
@@ -76,7 +83,7 @@ def _text(plan: Plan, command: str) -> str:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
         for c in plan.file_changes:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
-            out += ["      " + line for line in _shown_diff(c.diff)]
+            out += ["      " + line for line in _file_diff(c)]
         out.append("")
     out += _controller_text(plan)
     if plan.node_states:
@@ -139,7 +146,7 @@ def _markdown(plan: Plan, command: str) -> str:
             out.append(f"| {_MARK[c.action]} | `{c.address}` | {c.action} | {c.cause} | {c.reason} |")
         out.append("")
         for c in plan.file_changes:
-            out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_shown_diff(c.diff), "```",
+            out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_file_diff(c), "```",
                     "", "</details>", ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]

@@ -116,7 +116,8 @@ class Facts:
     clique key from the fabric (None when the tray reports none); ``unavailable``: host -> its
     live state and reason, for nodes drained, down or failed in slurmctld; ``to_drain``: host ->
     the desired drain reason of trays that are not drained live yet; ``live_block_of``: host ->
-    the block slurmctld has it in; ``live_partitions``: partitions slurmctld knows."""
+    the block slurmctld has it in; ``live_partitions``: partitions slurmctld knows;
+    ``per_job_imex``: rackctl's PrologSlurmctld refuses jobs spanning NVLink cliques."""
 
     slice_of: dict[str, Slice]
     domain_of: dict[str, str | None]
@@ -125,6 +126,7 @@ class Facts:
     to_drain: dict[str, str]
     live_block_of: dict[str, str]
     live_partitions: frozenset[str]
+    per_job_imex: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,8 @@ def facts(desired: DesiredSlurm, fabric: Fabric, live_nodes: dict[str, Any],
     to_drain = {s.host: s.reason for s in desired.node_states
                 if s.state == "DRAIN" and s.host in live_nodes and s.host not in unavailable}
     live_block_of = {h: name for name, nodes in live_blocks for h in nodes}
-    return Facts(slice_of, domain_of, clique_of, unavailable, to_drain, live_block_of, frozenset(live_partitions))
+    return Facts(slice_of, domain_of, clique_of, unavailable, to_drain, live_block_of, frozenset(live_partitions),
+                 desired.imex == "per-job")
 
 
 def sbatch_argv(partition: str, nodes: int, *, segment: int | None = None,
@@ -353,6 +356,10 @@ def judge(tier: Tier, probe: str, argv: list[str], answer: Answer, f: Facts, *, 
                             "; ".join(f"{k} ({_hl(x)})" for k, x in sorted(cliques.items())))
     if probe == TWO_SLICES and tier.span == "rack" and len(domains) > 1:
         problems.append(f"a rack-span job crosses NVLink domains {', '.join(map(_short, domains))}")
+    job_cliques = sorted({c for h in nodes if (c := f.clique_of.get(h))})
+    if f.per_job_imex and len(job_cliques) > 1:
+        warnings.append(f"the job spans {len(job_cliques)} NVLink cliques: placed here, per-job IMEX "
+                        "(PrologSlurmctld) refuses it and Slurm requeues it")
     unknown = [h for h in nodes if h in f.slice_of and not f.domain_of.get(h)]
     if unknown:
         warnings.append(f"no NVLink domain reported for {_hl(unknown)} (fabric not attached or not reporting)")

@@ -96,6 +96,22 @@ class SlurmBed:
 
     def stop(self) -> None:
         self._script("stop", str(self.dir))
+        left = self.processes()
+        assert not left, f"slurm-testbed stop left processes of {self.dir} running: {left}"
+
+    def processes(self) -> list[int]:
+        """PIDs of processes still started for this instance (its slurmctld or namespace holder)."""
+        out = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if f"-f {self.dir}/etc/slurm.conf " in cmdline or f" {self.dir} " in cmdline:
+                out.append(int(proc.name))
+        return out
 
     def _script(self, *args: str) -> None:
         proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=180, check=False)

@@ -76,7 +76,7 @@ def test_the_sites_slurm_conf_lines_that_clash_with_per_job_imex(site):
     assert codes["imex-switchtype"][0] == "error" and "SwitchType=switch/hpe_slingshot" in codes["imex-switchtype"][1]
     assert codes["imex-prologflags"][0] == "warning"
     assert codes["imex-site-script"][0] == "info" and "/etc/slurm/site-prolog.sh" in codes["imex-site-script"][1]
-    assert codes["imex-not-configless"][0] == "warning"
+    assert codes["imex-not-configless"][0] == "error"
 
 
 def test_per_job_imex_needs_slurm_24_05(site):

@@ -57,7 +57,7 @@ def test_include_loops_end_quickly(site, includes):
 def test_a_very_long_slurm_conf_line_is_read_in_linear_time(site):
     # shlex took minutes on one 5 MB line (it builds each word a character at a time)
     conf = site / "slurm" / "slurm.conf"
-    conf.write_text(conf.read_text() + 'SlurmctldParameters="' + "x" * 5_000_000 + '"\n')
+    conf.write_text(conf.read_text() + 'SchedulerParameters="' + "x" * 5_000_000 + '"\n')
     assert plan(site, timeout=30).rc == 2
 
 

@@ -55,7 +55,8 @@ class Site:
         nr.write_file(self.root / "inventory.json", nodes)
         every = ",".join(hosts(r) for r in UUIDS)
         (self.slurm / "slurm.conf").write_text(
-            f"TopologyPlugin=topology/block\nNodeName={every} CPUs=144\nInclude rackctl.conf\n")
+            f"TopologyPlugin=topology/block\nSlurmctldParameters=enable_configless\nNodeName={every} CPUs=144\n"
+            "Include rackctl.conf\n")
 
     def _main(self, *argv: str) -> tuple[int, str]:
         self.capsys.readouterr()

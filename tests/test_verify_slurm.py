@@ -59,6 +59,10 @@ def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, tmp_path):
     assert two["command"] == "sbatch --test-only --job-name=rackctl-verify --wrap true -p gb200-train -N 18 --exclusive"
     dev_two = _rows(doc, "gb200-dev", "two-slices")[0]
     assert dev_two["nodes"] == "gb-r02-n[01-18]" and dev_two["domains"] == ["0c6a8f6e-2b1e-4f51-8a3a-6c1d2e3f4a52"]
+    # r02 is two cliques: placed there, per-job IMEX would refuse the job (a warning, not a fail).
+    assert dev_two["warnings"] == ["the job spans 2 NVLink cliques: placed here, per-job IMEX (PrologSlurmctld) "
+                                   "refuses it and Slurm requeues it"]
+    assert two["warnings"] == []
     seg = _rows(doc, "gb200-dev", "segment")[0]
     assert seg["verdict"] == "pass" and seg["nodes"] == "gb-r02-n[01-18]" and seg["command"].endswith("--segment=9")
     # Nothing was submitted.

@@ -186,9 +186,10 @@ def _imex_site_checks(intent: Intent, live: LiveSlurm) -> list[Diagnostic]:
                                   "rackctl's (every such line is kept)", "slurm.conf"))
     params = site.get("slurmctldparameters", ("", "", ""))[1].lower().split(",")
     if intent.slurm.imex.delivery == "configless" and "enable_configless" not in params:
-        out.append(Diagnostic(WARNING, "imex-not-configless", "delivery is configless but slurm.conf does not set "
-                              "SlurmctldParameters=enable_configless: the Prolog and Epilog will not reach the "
-                              "compute nodes", "targets.slurm.imex.delivery"))
+        out.append(Diagnostic(ERROR, "imex-not-configless", "delivery is configless but slurm.conf does not set "
+                              "SlurmctldParameters=enable_configless: the Prolog and Epilog would not reach the "
+                              "compute nodes, and every job's Prolog would fail and drain its nodes",
+                              "targets.slurm.imex.delivery"))
     return out
 
 
