@@ -51,14 +51,13 @@ import ipaddress
 import re
 from typing import Sequence
 
-import jinja2
-
-from ..intent import ImexSettings
+from ..intent import IMEX_SCRIPTS, ImexSettings
 from ..planner import ImexNode
+from .templating import UNPRINTABLE, environment
 
-PROLOG_SLURMCTLD = "rackctl-imex-prolog-slurmctld.sh"
-PROLOG = "rackctl-imex-prolog.sh"
-EPILOG = "rackctl-imex-epilog.sh"
+PROLOG_SLURMCTLD = IMEX_SCRIPTS["PrologSlurmctld"]
+PROLOG = IMEX_SCRIPTS["Prolog"]
+EPILOG = IMEX_SCRIPTS["Epilog"]
 SCRIPTS = (PROLOG_SLURMCTLD, PROLOG, EPILOG)
 
 SERVER_PORT = 50000  # IMEX peer port (NVIDIA's default)
@@ -74,19 +73,9 @@ _DIGITS_AND_DOTS = re.compile(r"[0-9.]+")
 # <clusterUUID>.<cliqueId> (the GFD label value), or a slice name (RACK or RACK/SLICE).
 _CLIQUE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\.[0-9]{1,10}"
                      r"|[A-Za-z0-9_]{1,63}(?:/[A-Za-z0-9_]{1,63})?")
-_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 
-_env = jinja2.Environment(
-    loader=jinja2.PackageLoader("reconciler.render", "templates"),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,  # shell text, every value checked below
-    # bash's ${#array[@]} would open a jinja comment: these templates have none.
-    comment_start_string="<%#",
-    comment_end_string="#%>",
-)
+# bash's ${#array[@]} would open a jinja comment: these templates have none.
+_env = environment(comment_start_string="<%#", comment_end_string="#%>")
 
 _PURPOSE = {
     PROLOG_SLURMCTLD: (
@@ -183,4 +172,4 @@ def _clique(value: str) -> str:
 
 def _printable(value: str) -> str:
     # Names in comment lines: nothing in them may end the line.
-    return _UNPRINTABLE.sub("?", value)
+    return UNPRINTABLE.sub("?", value)

@@ -14,26 +14,17 @@ from __future__ import annotations
 
 import re
 
-import jinja2
-
 from .. import hostlist
 from ..intent import IMEX_SCRIPTS, Intent
-from .imex import render_imex_scripts
 from ..planner import Block, DesiredSlurm, Partition
+from .imex import render_imex_scripts
+from .templating import UNPRINTABLE, environment
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:\[\]=-]+")
-_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
 
 
-_env = jinja2.Environment(
-    loader=jinja2.PackageLoader("reconciler.render", "templates"),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,  # Slurm config text, not HTML
-)
+_env = environment()
 
 
 def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
@@ -43,7 +34,7 @@ def render_slurm(intent: Intent, desired: DesiredSlurm) -> dict[str, bytes]:
     Deterministic: the same intent and desired state give byte-identical files.
     """
     # The intent's file name goes into a comment line: nothing in it may end that line.
-    common = {"cluster": intent.name, "intent_file": _UNPRINTABLE.sub("?", intent.path.name)}
+    common = {"cluster": intent.name, "intent_file": UNPRINTABLE.sub("?", intent.path.name)}
     topo = _env.get_template(f"{intent.slurm.topology_file}.j2").render(
         blocks=[_block(b) for b in desired.blocks], block_sizes=desired.block_sizes,
         topologies=[{"name": _safe(t.name), "cluster_default": t.cluster_default, "block_sizes": list(t.block_sizes),
