@@ -25,7 +25,6 @@ from .yamlsource import display_path
 
 FORMAT_VERSION = "1"
 ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload")
-KINDS = ("file", "block", "partition", "setting", "node", "controller")
 #: Settings of the include file that slurmctld and every slurmd take only on a restart
 #: (slurm.conf(5)); rackctl never restarts daemons, the plan says so.
 RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld")

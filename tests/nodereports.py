@@ -157,14 +157,3 @@ def write_file(path: Path, *node_lists: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(inventory(*node_lists)), encoding="utf-8")
     return path
-
-
-def write_dir(path: Path, *node_lists: list[dict[str, Any]]) -> Path:
-    """Write the directory form: ``path/<hostname>.json`` per tray (old files are removed)."""
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("*.json"):
-        old.unlink()
-    for nodes in node_lists:
-        for n in nodes:
-            (path / f"{n['hostname']}.json").write_text(dumps(n), encoding="utf-8")
-    return path

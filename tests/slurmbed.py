@@ -91,9 +91,6 @@ class SlurmBed:
     def ping(self) -> bool:
         return "is UP" in self.run("scontrol", "ping", check=False).stdout
 
-    def restart(self) -> None:
-        self._script("restart", str(self.dir))
-
     def stop(self) -> None:
         self._script("stop", str(self.dir))
         left = self.processes()

@@ -383,7 +383,9 @@ def _items(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     items = doc.get(key)
     if not isinstance(items, list):
         raise TargetError(f"Slurm JSON has no {key!r} list; expected data_parser v0.0.40+ output")
-    return [i for i in items if isinstance(i, dict)]
+    if not all(isinstance(i, dict) for i in items):
+        raise TargetError(f"Slurm JSON {key!r} holds something that is not an object")
+    return items
 
 
 def _last_lines(text: str, n: int = 3) -> str:
