@@ -12,7 +12,7 @@ from pathlib import Path
 from . import controllercheck, freshness, imexcheck
 from .diagnostics import INFO, SEVERITIES, Diagnostic
 from .errors import InputError
-from .fabric import build_fabric
+from .fabric import Fabric, build_fabric
 from .intent import Intent, load_intent
 from .inventory.store import load_inventory
 from .nodestates import NodePlan, plan_nodes
@@ -39,6 +39,7 @@ class Run:
     plan: Plan
     controller: Controller | None
     nodes: NodePlan
+    fabric: Fabric
 
 
 def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> Intent:
@@ -99,4 +100,4 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     plan = build_plan(intent, desired, files, live, record, diags, node_plan, view)
     plan.drift += imex_drift
     plan.show_users = show_users
-    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan)
+    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric)

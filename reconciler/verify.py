@@ -60,9 +60,8 @@ from typing import Any
 
 from . import hostlist, pipeline
 from .errors import RackctlError, TargetError
-from .fabric import Fabric, build_fabric
+from .fabric import Fabric
 from .intent import Intent
-from .inventory.store import load_inventory
 from .planner import DesiredSlurm
 from .statedir import StateDir
 from .targets import slurm_controller
@@ -627,8 +626,8 @@ def run_verify(intent: Intent, state: StateDir) -> Report:
         first = next(d for d in run.plan.diagnostics if d.severity == "error")
         raise RackctlError(f"the plan has errors (first: {first.message}); the placement proof needs a valid "
                            "desired state", hint="see `rackctl plan`")
-    ctl = getattr(run, "controller", None) or slurm_controller.read_controller()
-    fabric = build_fabric(load_inventory(intent.inventory_path))
-    f = facts(run.desired, fabric, ctl.nodes, ctl.blocks, set(ctl.partitions))
+    ctl = run.controller
+    assert ctl is not None  # scontrol is on PATH, so compute read the controller (or raised)
+    f = facts(run.desired, run.fabric, ctl.nodes, ctl.blocks, set(ctl.partitions))
     rows = prove(tiers(intent, run.desired), f, slurm_controller.run_status)
     return Report(intent.name, ctl.version_text, rows, notes(run.desired, ctl.blocks, run.plan.has_changes))

@@ -16,9 +16,8 @@ import pytest
 import yaml
 
 import nodereports as nr
-from clihelp import rackctl
+from clihelp import rackctl, run_main
 from reconciler import hostlist
-from reconciler.cli import main
 from reconciler.fabric import build_fabric
 from reconciler.intent import load_intent
 from reconciler.planner import History, plan_slurm
@@ -59,9 +58,8 @@ class Site:
         nr.write_file(self.root / "inventory.json", *[nr.rack(f"gb-{r}-n[01-18]", UUIDS[r]) for r in racks])
 
     def _main(self, *argv: str) -> tuple[int, str]:
-        self.capsys.readouterr()
-        code = main([*argv, "-f", str(self.root / "intent.yaml"), "--state-dir", str(self.root / "state")])
-        return code, self.capsys.readouterr().out
+        res = run_main(self.capsys, *argv, "-f", self.root / "intent.yaml", "--state-dir", self.root / "state")
+        return res.rc, res.out
 
     def plan(self) -> tuple[int, dict]:
         code, out = self._main("plan", "--format", "json")
