@@ -9,9 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, collectcmd, controllercheck, hostlist, pipeline, report, verifycmd
+from . import __version__, collectcmd, controllercheck, hostlist, kubesync, pipeline, report, verifycmd
 from .atomicfile import atomic_write
-from .errors import InputError, RackctlError
+from .errors import InputError, RackctlError, TargetError
 from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
 from .inventory.store import check_node, write_inventory
@@ -149,16 +149,25 @@ def _parser() -> argparse.ArgumentParser:
     verifycmd.add_verify_parser(sub, _sub)
 
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
-                              ("apply", "write the Slurm files and reload", cmd_apply),
-                              ("drift", "report drift of managed files and hardware", cmd_drift)):
+                              ("apply", "write the Slurm files and reload; label Nodes and apply the Kueue "
+                               "objects (server-side apply)", cmd_apply),
+                              ("drift", "report drift of managed files, Kubernetes objects and hardware", cmd_drift)):
         c = _sub(sub, name, help_)
         c.add_argument("-f", "--file", required=True, metavar="INTENT")
         c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
         c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
         c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records); "
                        "default $XDG_STATE_HOME/rackctl")
-        c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol): "
-                       "plan from the files alone; node drains are listed, not applied")
+        c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol) "
+                       "or the Kubernetes API server: plan from the files alone; node drains are listed, not "
+                       "applied; Kubernetes objects are rendered into the JSON plan, not compared")
+        c.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the Kubernetes target (default: "
+                       "in-cluster config, else $KUBECONFIG or ~/.kube/config)")
+        c.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+        c.add_argument("--force-conflicts", action="store_true", help="server-side apply takes over fields "
+                       "another field manager owns (default: a conflict is an error)")
+        c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
+                       "label when the desired Kubernetes state is empty (default: refused)")
         if name == "apply":
             c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
             c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
@@ -290,7 +299,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users)
+    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
+                           kube=_kube_options(args))
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -299,7 +309,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users)
+    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
+                           kube=_kube_options(args))
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -310,8 +321,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
                          field="--drain-first")
     intent = _intent(args)
     state = _state(args, intent)
+    kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
-        run = pipeline.compute(intent, state, offline=args.offline)
+        run = pipeline.compute(intent, state, offline=args.offline, kube=kube)
         plan = run.plan
         if plan.has_errors:
             sys.stdout.write(report.render(plan, "text"))
@@ -327,24 +339,60 @@ def cmd_apply(args: argparse.Namespace) -> int:
             return _busy_reslice(args, run, busy)
         if not plan.has_changes:
             _count_pass(run)
-            runs = " and the controller runs them" if run.controller is not None else ""
-            print(f"No changes. The Slurm files match the intent{runs}; nothing written, nothing reloaded.")
+            print(f"No changes. {_no_changes(run)}; nothing written.")
             _print_pending(plan)
             return EXIT_OK
         sys.stdout.write(report.render(plan, "text"))
         if not args.auto_approve and not _confirm():
             print("Apply cancelled; nothing written.", file=sys.stderr)
             return EXIT_ERROR
-        ctl = run.controller
-        result = slurm_target.apply(
-            intent, run.files, run.live, state, tuple((b.name, b.nodes) for b in run.desired.blocks),
-            reload=not args.no_reload,
-            imex_addresses=tuple((n.host, n.address) for n in run.desired.imex_nodes if n.address != n.host),
-            verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
-            log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
-            force_reload=bool(plan.controller_changes))
-        calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
+        if intent.slurm_enabled:
+            _apply_slurm(args, run)
+        if run.kube is not None and run.kube.read:
+            _apply_kubernetes(run, kube)
         _count_pass(run)
+    _print_pending(plan)
+    return EXIT_OK
+
+
+def _no_changes(run: pipeline.Run) -> str:
+    parts = []
+    if run.intent.slurm_enabled:
+        runs = " and the controller runs them" if run.controller is not None else ""
+        parts.append(f"The Slurm files match the intent{runs}")
+    if run.kube is not None and run.kube.read:
+        parts.append("the Kubernetes labels and objects match the intent")
+    return "; ".join(parts) or "Nothing was read to compare"
+
+
+def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:
+    """Write the Kubernetes changes, record them, and check that a fresh comparison is empty."""
+    kpass = run.kube
+    assert kpass is not None
+    done = kubesync.apply(kpass, kube)
+    run.state.write_kube_record(kubesync.record_of(kpass, done.vanished))
+    print(f"Kubernetes: labelled {done.labelled} Node(s), applied {done.applied} object(s), "
+          f"{done.tainted} taint/cordon change(s), pruned {done.pruned} object(s).")
+    if done.vanished:
+        print(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}",
+              file=sys.stderr)
+    left = [c.address for c in pipeline.replan_kubernetes(run, kube).changes]
+    if left:
+        raise TargetError(f"kubernetes: after apply, still differing: {', '.join(left[:5])}",
+                          hint="another controller may be changing these; see `rackctl drift`")
+
+
+def _apply_slurm(args: argparse.Namespace, run: pipeline.Run) -> None:
+    """The Slurm part of apply: files, reload, verify, node drains and resumes."""
+    intent, plan, state, ctl = run.intent, run.plan, run.state, run.controller
+    result = slurm_target.apply(
+        intent, run.files, run.live, state, tuple((b.name, b.nodes) for b in run.desired.blocks),
+        reload=not args.no_reload,
+        imex_addresses=tuple((n.host, n.address) for n in run.desired.imex_nodes if n.address != n.host),
+        verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
+        log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
+        force_reload=bool(plan.controller_changes))
+    calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
     if result.written:
         how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
         if result.reloaded and ctl is not None:
@@ -359,15 +407,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     for c in plan.restart_required:
         print(f"Restart required: {c.reason.split(' (restart required', 1)[0]} takes effect on the compute nodes "
               "only when every slurmd is restarted; rackctl does not restart daemons.")
-    _print_pending(plan)
-    return EXIT_OK
 
 
 def _count_pass(run: pipeline.Run) -> None:
-    """Save the health history: this apply was a pass for damping. Only when the controller was
-    read: an offline pass cannot drain, and must not make the next online one drain at once."""
-    if run.controller is not None:
-        run.state.write_health(run.nodes.history)
+    """Save the health history: this apply was a pass for damping. Only when a target that takes
+    trays out of service was read (the Slurm controller, the Kubernetes API server): an offline
+    pass cannot drain, and must not make the next online one drain at once."""
+    history = run.nodes.history if run.controller is not None else None
+    kube_nodes = run.kube.comparison.nodes if run.kube is not None and run.kube.comparison is not None else None
+    if kube_nodes is not None:
+        if history is None:
+            history = kube_nodes.history
+        else:  # both targets count the same unhealthy passes; resumes wait per target
+            for host, since in kube_nodes.history.healthy_since.items():
+                history.healthy_since[host] = min(since, history.healthy_since.get(host, since))
+    if history is not None:
+        run.state.write_health(history)
 
 
 def _apply_node_states(run: pipeline.Run, *, resliced: bool) -> int:
@@ -425,6 +480,13 @@ def _confirm() -> bool:
                            hint="review `rackctl plan`, then run apply with --auto-approve")
     answer = input("Apply these changes? Only 'yes' is accepted: ")
     return answer.strip() == "yes"
+
+
+def _kube_options(args: argparse.Namespace) -> kubesync.KubeOptions:
+    for flag, value in (("--kubeconfig", args.kubeconfig), ("--context", args.context)):
+        if value == "":
+            raise InputError("an empty value", field=flag)
+    return kubesync.KubeOptions(args.kubeconfig, args.context, args.force_conflicts, args.prune_empty)
 
 
 def _intent(args: argparse.Namespace) -> Intent:

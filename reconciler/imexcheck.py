@@ -2,7 +2,8 @@
 
 Under ``policy.imex: per-job`` rackctl's Prolog starts one IMEX daemon per job on the job's trays
 only; a host-wide ``nvidia-imex.service`` would instead serve every job on the node across job
-boundaries, so an enabled one is drift. The node agent also reports the digests of rackctl's
+boundaries, so an enabled one is drift (on Kubernetes too, where ComputeDomains start per-workload
+IMEX daemons). The node agent also reports the digests of rackctl's
 scripts it finds (``imex.scripts`` of the NodeReport): a node running other bytes than rendered
 is drift too. The plan says how the scripts reach the nodes (``targets.slurm.imex.delivery``).
 """
@@ -37,7 +38,7 @@ def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
     im = intent.slurm.imex
     where = _DELIVERY[im.delivery].format(dir=im.node_script_dir or intent.slurm.config_dir)
     diags = [Diagnostic(INFO, "imex-delivery", f"per-job IMEX scripts reach the compute nodes through {where}",
-                        "targets.slurm.imex.delivery")]
+                        "targets.slurm.imex.delivery")] if intent.slurm_enabled else []
     drift: list[dict[str, str]] = []
     host_service: list[str] = []
     stale: dict[str, list[str]] = {}
@@ -52,6 +53,8 @@ def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
             drift.append({"address": f"node/{host}/nvidia-imex.service", "cause": "drift",
                           "detail": "host-wide nvidia-imex.service is enabled where the policy is per-job"})
         seen = imex.get("scripts")
+        if not intent.slurm_enabled:
+            continue  # the scripts are Slurm's Prolog/Epilog; ComputeDomains do this on Kubernetes
         if seen is None:
             missing.append(host)
             continue

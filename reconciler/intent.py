@@ -115,12 +115,32 @@ class SlurmPartition:
 
 
 @dataclass(frozen=True)
+class ClusterQueueSpec:
+    """``tiers[].kubernetes.clusterQueue``: a Kueue ClusterQueue for the tier. ``quotas``:
+    (resource name, nominalQuota as a Kubernetes quantity text) in intent order."""
+
+    name: str
+    quotas: tuple[tuple[str, str], ...]
+    cohort: str | None = None
+
+
+@dataclass(frozen=True)
+class KubernetesTier:
+    """The Kubernetes side of a tier: its Kueue ResourceFlavor and optional ClusterQueue."""
+
+    flavor: str
+    cluster_queue: ClusterQueueSpec | None = None
+
+
+@dataclass(frozen=True)
 class Tier:
-    """A service level: the slices it serves (rack names or ``RACK/SLICE``) and its partition."""
+    """A service level: the slices it serves (rack names or ``RACK/SLICE``), its Slurm
+    partition (named after the tier when the Slurm target is off) and its Kubernetes objects."""
 
     name: str
     slices: tuple[str, ...]
     slurm: SlurmPartition
+    kubernetes: KubernetesTier
 
 
 @dataclass(frozen=True)
@@ -160,6 +180,19 @@ class SlurmTarget:
 
 
 @dataclass(frozen=True)
+class KubernetesTarget:
+    """``targets.kubernetes``. ``label_prefix`` ends in ``/``; ``kueue_version``: the pinned Kueue
+    API version (None: the newest the server offers); ``unhealthy_nodes``: taint | cordon | none;
+    ``compute_domain_not_ready_s``: seconds a ComputeDomain may stay NotReady before a warning."""
+
+    topology_name: str
+    label_prefix: str = "rackctl.dev/"
+    kueue_version: str | None = None
+    unhealthy_nodes: str = "taint"
+    compute_domain_not_ready_s: int = 600
+
+
+@dataclass(frozen=True)
 class Intent:
     """A validated ClusterIntent. Paths are absolute (resolved against the intent file)."""
 
@@ -177,6 +210,8 @@ class Intent:
     max_job_span: str
     slurm: SlurmTarget
     source: SourceMap
+    slurm_enabled: bool = True
+    kubernetes: KubernetesTarget | None = None
 
     def rack(self, name: str) -> Rack | None:
         """The rack named ``name``, or None."""
@@ -262,6 +297,19 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         raise smap.error(("targets", "slurm", "includeFile"), "slurm.conf is the site's file and rackctl never "
                          "writes it; expected the name of a file that slurm.conf includes, e.g. rackctl.conf")
 
+    targets = data.get("targets")
+    slurm_enabled = targets is None or "slurm" in targets
+    kube_data = (targets or {}).get("kubernetes")
+    kubernetes = None if kube_data is None else KubernetesTarget(
+        topology_name=kube_data.get("kueue", {}).get("topologyName", data["metadata"]["name"]),
+        label_prefix=kube_data.get("labelPrefix", "rackctl.dev/"),
+        kueue_version=kube_data.get("kueue", {}).get("apiVersion"),
+        unhealthy_nodes=kube_data.get("unhealthyNodes", "taint"),
+        compute_domain_not_ready_s=duration_s(kube_data.get("computeDomainNotReadyAfter", "10m")),
+    )
+    if not slurm_enabled and kubernetes is None:
+        raise smap.error(("targets",), "no target: expected slurm, kubernetes or both")
+
     inv = data.get("inventory")
     intent = Intent(
         path=path,
@@ -270,7 +318,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         inventory_max_age_s=duration_s(inv["maxAge"]) if inv and "maxAge" in inv else None,
         inventory_max_missing_share=float((inv or {}).get("maxMissingShare", DEFAULT_MAX_MISSING_SHARE)),
         racks=tuple(racks),
-        tiers=tuple(_tiers(tiers_data, smap)),
+        tiers=tuple(_tiers(tiers_data, smap, slurm_enabled)),
         min_healthy_share=float(health.get("minHealthyShare", DEFAULT_MIN_HEALTHY_SHARE)),
         drain_on=frozenset(health.get("drainOn", DRAIN_CAUSES)),
         damping=Damping(int(health.get("drainAfterPasses", DEFAULT_DRAIN_AFTER_PASSES)),
@@ -280,6 +328,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         max_job_span=data.get("policy", {}).get("maxJobSpan", "slice"),
         slurm=slurm,
         source=smap,
+        slurm_enabled=slurm_enabled,
+        kubernetes=kubernetes,
     )
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)
@@ -335,13 +385,19 @@ def _expand(smap: SourceMap, where: tuple, text: str) -> list[str]:
         raise smap.error(where, exc.message, hint=exc.hint) from None
 
 
-def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap) -> list[Tier]:
+def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap, slurm_enabled: bool) -> list[Tier]:
     tiers = []
     names: dict[str, int] = {}
     partitions: dict[str, int] = {}
+    flavors: dict[str, int] = {}
+    queues: dict[str, int] = {}
     default_at: int | None = None
     for i, t in enumerate(tiers_data):
-        s = t["slurm"]
+        if "slurm" not in t and slurm_enabled:
+            raise smap.error(("tiers", i), f"tier {t['name']!r} has no slurm section; every tier needs one while "
+                             "the Slurm target is on", hint="add slurm: {partition: NAME}, or name only "
+                             "targets.kubernetes under targets")
+        s = t.get("slurm", {"partition": t["name"]})
         if t["name"] in names:
             raise smap.error(("tiers", i, "name"), f"duplicate tier name {t['name']!r} (first at tiers[{names[t['name']]}])")
         names[t["name"]] = i
@@ -356,11 +412,26 @@ def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap) -> list[Tier]:
             default_at = i
         if len(set(t["slices"])) != len(t["slices"]):
             raise smap.error(("tiers", i, "slices"), "a slice is listed twice")
+        k = t.get("kubernetes", {})
+        flavor = k.get("flavor", t["name"])
+        if flavor in flavors:
+            raise smap.error(("tiers", i, "kubernetes", "flavor"), f"ResourceFlavor {flavor!r} is already "
+                             f"used by tiers[{flavors[flavor]}]; one tier renders one flavor")
+        flavors[flavor] = i
+        queue = None
+        if "clusterQueue" in k:
+            q = k["clusterQueue"]
+            queue = ClusterQueueSpec(q.get("name", t["name"]), tuple((r, str(v)) for r, v in q["quotas"].items()),
+                                     q.get("cohort"))
+            if queue.name in queues:
+                raise smap.error(("tiers", i, "kubernetes", "clusterQueue", "name"), f"ClusterQueue "
+                                 f"{queue.name!r} is already used by tiers[{queues[queue.name]}]")
+            queues[queue.name] = i
         tiers.append(Tier(t["name"], tuple(t["slices"]), SlurmPartition(
             partition=s["partition"], qos=s.get("qos"), allow_qos=tuple(s.get("allowQos", ())),
             allow_accounts=tuple(s.get("allowAccounts", ())), max_time=s.get("maxTime"),
             priority_tier=s.get("priorityTier"), default=bool(s.get("default", False)),
-            state=s.get("state", "UP"))))
+            state=s.get("state", "UP")), KubernetesTier(flavor, queue)))
     return tiers
 
 

@@ -9,21 +9,28 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import controllercheck, freshness, imexcheck
+from . import controllercheck, freshness, imexcheck, kubesync
 from .diagnostics import INFO, SEVERITIES, Diagnostic
 from .errors import InputError
 from .fabric import Fabric, build_fabric
 from .intent import Intent, load_intent
+from .kubesync import KubeOptions, KubePass
 from .inventory.store import load_inventory
 from .nodestates import NodePlan, plan_nodes
 from .plan import Plan, build_plan
-from .planner import DesiredSlurm, plan_slurm
+from .planner import DesiredSlurm, History, plan_slurm
 from .render.slurm import SAFE_PATH, render_slurm
 from .statedir import AppliedRecord, StateDir
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
 from .targets.slurm import LiveSlurm
 from .targets.slurm_controller import Controller
+
+
+#: Planner findings about Slurm's own rendering, left out when the Slurm target is off.
+SLURM_ONLY = frozenset({"block-name-duplicate", "block-placeholder", "block-moved", "block-removed",
+                        "tier-block-sizes", "imex-span", "imex-address-missing", "imex-address-shared",
+                        "node-drain", "partition-empty"})
 
 
 @dataclass
@@ -40,6 +47,7 @@ class Run:
     controller: Controller | None
     nodes: NodePlan
     fabric: Fabric
+    kube: KubePass | None = None
 
 
 def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> Intent:
@@ -56,13 +64,14 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
 
 
 def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
-            show_users: bool = False) -> Run:
+            show_users: bool = False, kube: KubeOptions = KubeOptions()) -> Run:
     """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
     The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
-    controller that does not answer is an error, never "nothing live". ``show_users``: name the
-    owners of running jobs in the plan. Raises ``InputError``/``TargetError`` for unreadable or
-    invalid input."""
+    controller that does not answer is an error, never "nothing live". With a Kubernetes target
+    the API server is read unless ``offline`` (``kube``: how to reach it). ``show_users``: name
+    the owners of running jobs in the plan. Raises ``InputError``/``TargetError`` for unreadable
+    or invalid input."""
     now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
@@ -73,31 +82,69 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
                          file=intent.source.file, field="targets.slurm.configDir")
     nodes = load_inventory(intent.inventory_path)
     fabric = build_fabric(nodes)
-    live = slurm_target.read_live(intent)
-    record = state.read_record(intent.slurm.config_dir)
-    desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
-    files = render_slurm(intent, desired)
+    if intent.slurm_enabled:
+        live = slurm_target.read_live(intent)
+        record = state.read_record(intent.slurm.config_dir)
+        desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
+        files = render_slurm(intent, desired)
+    else:  # the slices still come from the planner; no Slurm file is read or written
+        live, record = LiveSlurm(intent.slurm.config_dir, {}), None
+        desired = plan_slurm(intent, fabric, History())
+        files = {}
     diags: list[Diagnostic] = list(desired.diagnostics)
-    diags += slurm_target.check(intent, live, desired.placed_hosts)
+    if intent.slurm_enabled:
+        diags += slurm_target.check(intent, live, desired.placed_hosts)
+    else:
+        diags = [d for d in diags if d.code not in SLURM_ONLY]
     diags += freshness.check(intent, nodes, desired, set(fabric.trays), now)
     imex_diags, imex_drift = imexcheck.check(intent, nodes, desired.placed_hosts, files)
     diags += imex_diags
     ctl, view = None, None
-    if offline:
-        diags.append(Diagnostic(INFO, "controller-not-read", "the running controller was not read (--offline): "
-                                "planned from the files alone; node drains are listed, not applied", "slurm"))
-    elif not slurm_controller.client_available():
-        diags.append(Diagnostic(INFO, "controller-not-read", "scontrol is not on PATH: planned from the files "
-                                "alone; node drains are listed, not applied", "slurm"))
-    else:
-        ctl = slurm_controller.read_controller()
-        view = controllercheck.compare(intent, desired, live, ctl)
-        diags += view.diagnostics
+    health = state.read_health()
+    kpass = None
+    if intent.kubernetes is not None:
+        kpass = kubesync.plan(intent, desired, _domains(fabric), state.read_kube_record(), health, now, kube,
+                              offline=offline)
+        diags += kpass.diagnostics
+    if intent.slurm_enabled:
+        ctl, view = _controller(intent, desired, live, offline, diags)
     slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
-    node_plan = plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, state.read_health(),
-                           intent.damping, now)
+    node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
+                 if intent.slurm_enabled else NodePlan([], health))
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     plan = build_plan(intent, desired, files, live, record, diags, node_plan, view)
     plan.drift += imex_drift
     plan.show_users = show_users
-    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric)
+    if kpass is not None:
+        plan.kubernetes = kpass.to_json()
+        plan.kubernetes_changes = kpass.changes
+        plan.drift += kpass.drift
+    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
+
+
+def _controller(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, offline: bool,
+                diags: list[Diagnostic]) -> tuple[Controller | None, controllercheck.ControllerView | None]:
+    """Read and check the running controller, unless offline or no Slurm client is on PATH."""
+    if offline:
+        diags.append(Diagnostic(INFO, "controller-not-read", "the running controller was not read (--offline): "
+                                "planned from the files alone; node drains are listed, not applied", "slurm"))
+        return None, None
+    if not slurm_controller.client_available():
+        diags.append(Diagnostic(INFO, "controller-not-read", "scontrol is not on PATH: planned from the files "
+                                "alone; node drains are listed, not applied", "slurm"))
+        return None, None
+    ctl = slurm_controller.read_controller()
+    view = controllercheck.compare(intent, desired, live, ctl)
+    diags += view.diagnostics
+    return ctl, view
+
+
+def replan_kubernetes(run: Run, kube: KubeOptions) -> KubePass:
+    """The Kubernetes target compared again, after an apply (its changes should be none)."""
+    return kubesync.plan(run.intent, run.desired, _domains(run.fabric), run.state.read_kube_record(),
+                         run.state.read_health(), dt.datetime.now(dt.timezone.utc), kube, offline=False)
+
+
+def _domains(fabric: Fabric) -> dict[str, str]:
+    """Host -> NVLink domain (cluster UUID) of every tray that reports one."""
+    return {h: t.cluster_uuid for h, t in fabric.trays.items() if t.cluster_uuid}

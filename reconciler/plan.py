@@ -24,7 +24,8 @@ from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions, parse_sett
 from .yamlsource import display_path
 
 FORMAT_VERSION = "1"
-ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload")
+ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload", "taint", "untaint", "cordon",
+           "uncordon")
 #: Settings of the include file that slurmctld and every slurmd take only on a restart
 #: (slurm.conf(5)); rackctl never restarts daemons, the plan says so.
 RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld")
@@ -33,10 +34,12 @@ CAUSES = ("intent", "drift")
 
 @dataclass(frozen=True)
 class Change:
-    """One change. ``kind``: file | block | partition | setting | node | controller. ``address``:
-    ``slurm/file/NAME``, ``slurm/block/NAME``, ``slurm/partition/NAME``, ``slurm/setting/KEY``,
-    ``slurm/node/HOST`` (drain, resume) or ``slurm/controller/reconfigure`` (reload: files written,
-    not loaded). ``diff``: a unified diff for files."""
+    """One change. ``kind``: file | block | partition | setting | node | controller | object.
+    ``address``: ``slurm/file/NAME``, ``slurm/block/NAME``, ``slurm/partition/NAME``,
+    ``slurm/setting/KEY``, ``slurm/node/HOST`` (drain, resume), ``slurm/controller/reconfigure``
+    (reload: files written, not loaded), ``kubernetes/Node/NAME`` (label update, taint, untaint,
+    cordon, uncordon) or ``kubernetes/KIND/NAME`` (an object rackctl owns). ``diff``: a unified
+    diff for files and objects."""
 
     kind: str
     address: str
@@ -60,7 +63,7 @@ class Plan:
     ``controller``: the live controller's view, None when it was not read."""
 
     cluster: str
-    target: dict[str, Any]
+    target: dict[str, Any] | None  # the Slurm target; None when it is off
     file_changes: list[Change]
     resource_changes: list[Change]
     drift: list[dict[str, str]]
@@ -71,10 +74,12 @@ class Plan:
     controller_changes: list[Change] = field(default_factory=list)
     controller: ControllerView | None = None
     show_users: bool = False
+    kubernetes: dict[str, Any] | None = None  # the Kubernetes target's view (KubePass.to_json)
+    kubernetes_changes: list[Change] = field(default_factory=list)
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.file_changes or self.node_changes or self.controller_changes)
+        return bool(self.file_changes or self.node_changes or self.controller_changes or self.kubernetes_changes)
 
     @property
     def restart_required(self) -> list[Change]:
@@ -104,8 +109,9 @@ class Plan:
     def summary(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for c in self.changes:
-            if c.kind != "node":
-                counts[f"{c.kind}_{c.action}"] = counts.get(f"{c.kind}_{c.action}", 0) + 1
+            if c.kind != "node" or c.address.startswith("kubernetes/"):
+                key = f"{'node' if c.kind == 'node' else c.kind}_{c.action}"
+                counts[key] = counts.get(key, 0) + 1
         counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
         # Drains are counted apart: they are listed under node states, not among the warnings.
         counts["warnings"] = sum(d.severity == WARNING and d.code != "node-drain" for d in self.diagnostics)
@@ -118,7 +124,8 @@ class Plan:
 
     @property
     def changes(self) -> list[Change]:
-        return self.file_changes + self.resource_changes + self.controller_changes + self.node_changes
+        return (self.file_changes + self.resource_changes + self.controller_changes + self.node_changes
+                + self.kubernetes_changes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -132,6 +139,7 @@ class Plan:
             "node_states": self.node_states,
             "block_sizes": self.block_sizes,
             "controller": self.controller.to_json(self.show_users) if self.controller else None,
+            "kubernetes": self.kubernetes,
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
@@ -183,7 +191,7 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
     return Plan(
         cluster=intent.name,
         target={"kind": "slurm", "version": t.version_text, "configDir": display_path(t.config_dir),
-                "topologyFile": t.topology_file, "includeFile": t.include_file},
+                "topologyFile": t.topology_file, "includeFile": t.include_file} if intent.slurm_enabled else None,
         file_changes=file_changes,
         resource_changes=resources,
         drift=drift,

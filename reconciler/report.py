@@ -10,7 +10,10 @@ from .plan import Plan
 
 MAX_DIFF_LINES = 200
 MAX_SCRIPT_DIFF_LINES = 12
-_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~"}
+_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~",
+         "taint": "!", "cordon": "!", "untaint": "+", "uncordon": "+"}
+#: How many per-Node label changes the human views list one by one (the JSON plan has all).
+MAX_NODE_LINES = 50
 _NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
                 "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
 
@@ -54,23 +57,60 @@ def summary_line(plan: Plan) -> str:
         return f"{label}: {', '.join(bits)}"
 
     parts = [p for p in (part("file", "files"), part("block", "blocks"), part("partition", "partitions"),
-                         part("setting", "settings")) if p]
+                         part("setting", "settings"), part("object", "Kubernetes objects")) if p]
+    if s.get("node_update"):
+        parts.append(f"Kubernetes Node labels: {s['node_update']} to change")
+    held = sum(s.get(f"node_{a}", 0) for a in ("taint", "cordon"))
+    freed = sum(s.get(f"node_{a}", 0) for a in ("untaint", "uncordon"))
+    if held or freed:
+        parts.append(f"Kubernetes Nodes: {held} to taint/cordon, {freed} to release")
     if plan.controller_changes:
         parts.append("controller: reconfigure (files written, not loaded)")
-    head = "; ".join(parts) if parts else "No changes. The Slurm files match the intent"
+    matched = " and ".join(w for w, on in (("the Slurm files", plan.target is not None),
+                                           ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes["read"])))
+                           if on)
+    head = "; ".join(parts) if parts else (f"No changes. {matched[0].upper()}{matched[1:]} match the intent"
+                                           if matched else "Nothing compared (the Kubernetes API server was not read)")
     tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
     for key, label in (("node_pending", "held by damping"), ("node_resumes", "to resume"),
                        ("node_drains", "to drain")):
         if s[key]:
             tail = f"{s[key]} node(s) {label}, " + tail
     if s["drift"]:
-        tail = f"{s['drift']} drifted file(s), " + tail
+        tail = f"{s['drift']} drifted item(s), " + tail
     return f"Plan: {head}. {tail}."
 
 
+def _targets(plan: Plan) -> str:
+    """``Slurm 24.11, config dir slurm; Kubernetes (Kueue v1beta2)``."""
+    t, k = plan.target, plan.kubernetes
+    parts = [f"Slurm {t['version']}, config dir {t['configDir']}"] if t else []
+    if k is not None:
+        version = k["kueueVersions"].get("Topology", "not served")
+        parts.append(f"Kubernetes, Kueue {version}" + ("" if k["read"] else ", not read"))
+    return "; ".join(parts)
+
+
+def _kube_text(plan: Plan) -> list[str]:
+    """Kubernetes changes: objects with their diffs, then Node changes (capped)."""
+    changes = plan.kubernetes_changes
+    if not changes:
+        return []
+    out = ["Kubernetes changes:"]
+    nodes = [c for c in changes if c.kind == "node"]
+    for c in changes:
+        if c.kind != "node":
+            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out += ["      " + line for line in _shown_diff(c.diff)]
+    for c in nodes[:MAX_NODE_LINES]:
+        out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {_oneline(c.reason)}")
+    if len(nodes) > MAX_NODE_LINES:
+        out.append(f"  ... {len(nodes) - MAX_NODE_LINES} more Node change(s) (the JSON plan has them all)")
+    return out + [""]
+
+
 def _text(plan: Plan, command: str) -> str:
-    t = plan.target
-    out = [f"rackctl {command} for cluster {plan.cluster} (Slurm {t['version']}, config dir {t['configDir']})", ""]
+    out = [f"rackctl {command} for cluster {plan.cluster} ({_targets(plan)})", ""]
     for d in plan.stale_inventory:  # first thing a reader sees: the plan may not reflect the fleet
         out += [f"!! INVENTORY: {d.message}", ""]
     if plan.drift:
@@ -85,6 +125,7 @@ def _text(plan: Plan, command: str) -> str:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
             out += ["      " + line for line in _file_diff(c)]
         out.append("")
+    out += _kube_text(plan)
     out += _controller_text(plan)
     if plan.node_states:
         out.append("Node states:")
@@ -132,9 +173,7 @@ def _controller_text(plan: Plan) -> list[str]:
 
 
 def _markdown(plan: Plan, command: str) -> str:
-    t = plan.target
-    out = [f"### rackctl {command}: `{plan.cluster}`", "",
-           f"Slurm {t['version']}, config dir `{t['configDir']}`", "", f"**{summary_line(plan)}**", ""]
+    out = [f"### rackctl {command}: `{plan.cluster}`", "", _targets(plan), "", f"**{summary_line(plan)}**", ""]
     out += [f"> [!WARNING]\n> Inventory: {d.message}\n" for d in plan.stale_inventory]
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
@@ -148,6 +187,8 @@ def _markdown(plan: Plan, command: str) -> str:
         for c in plan.file_changes:
             out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_file_diff(c), "```",
                     "", "</details>", ""]
+    if plan.kubernetes_changes:
+        out += ["#### Kubernetes", "", "```"] + _kube_text(plan)[1:-1] + ["```", ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
         out += [f"| `{s['node']}` | {_NODE_ACTION[s['action']]} | {s['reason']} | {s.get('note', '')} |"

@@ -7,6 +7,7 @@ Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``
     <cluster>/lock                  flock(2) lock; holds "PID on HOST" of the holder
     <cluster>/applied.json          last successful apply (file digests, block layout)
     <cluster>/health.json           per-tray health history for drain/resume damping
+    <cluster>/kubernetes.json       what the last Kubernetes apply set (digests per Node and object)
     <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)
 """
 
@@ -28,6 +29,7 @@ from typing import Any, Iterator
 from .atomicfile import atomic_write
 from . import hostlist
 from .errors import InputError, TargetError
+from .kubeplan import KubeRecord
 from .nodestates import HealthHistory
 from .yamlsource import read_bytes_capped
 
@@ -129,6 +131,33 @@ class StateDir:
             return HealthHistory.from_json(json.loads(raw.decode("utf-8")))
         except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise unreadable(f"{type(exc).__name__}: {exc}") from None
+
+    def read_kube_record(self) -> KubeRecord:
+        """What the last Kubernetes apply set (empty when none yet). Raises ``TargetError`` when
+        it exists but cannot be read."""
+        f = self.path / "kubernetes.json"
+
+        def unreadable(why: str) -> TargetError:
+            return TargetError(f"{f}: unreadable Kubernetes apply record ({why})",
+                               hint="move it away; labels and objects are then compared without it")
+
+        raw = read_bytes_capped(f, what="Kubernetes apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable)
+        if raw is None:
+            return KubeRecord()
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            labels, objects = doc["labels"], doc["objects"]
+            for part in (labels, objects):
+                if not isinstance(part, dict) or not all(isinstance(v, str) for v in part.values()):
+                    raise TypeError("'labels' and 'objects' must map names to digests")
+            return KubeRecord(dict(labels), dict(objects))
+        except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise unreadable(f"{type(exc).__name__}: {exc}") from None
+
+    def write_kube_record(self, record: KubeRecord) -> None:
+        doc = {"format": RECORD_FORMAT, "labels": dict(sorted(record.labels.items())),
+               "objects": dict(sorted(record.objects.items()))}
+        atomic_write(self.path / "kubernetes.json", (json.dumps(doc, indent=0) + "\n").encode(), default_mode=0o600)
 
     def write_health(self, history: HealthHistory) -> None:
         atomic_write(self.path / "health.json", (json.dumps(history.to_json(), indent=1) + "\n").encode(),

@@ -1,0 +1,202 @@
+"""One pass of the Kubernetes target: read, compare locally, dry-run what differs, apply.
+
+``plan`` renders the desired labels and Kueue objects, reads the server (unless offline), keeps
+what differs (``kubeplan.compare``) and sends only that to a server-side dry-run, whose result
+gives the diff shown in the plan and catches conflicts and schema violations before any write.
+``apply`` then writes in order: Node labels, the Kueue objects (Topology, ResourceFlavors,
+ClusterQueues), taints/cordons, and prunes owned objects that left the intent in reverse order.
+A pass with nothing to do sends no write and no dry-run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from . import computedomains, kueue
+from .diagnostics import ERROR, INFO, Diagnostic
+from .errors import TargetError
+from .intent import Intent
+from .kubeplan import KubeComparison, KubeRecord, compare, cordon_annotation, differences, digest
+from .nodestates import HealthHistory
+from .plan import Change
+from .planner import DesiredSlurm
+from .render.kubernetes import DesiredKubernetes, render_kubernetes
+from .targets.kubernetes import KubeApi, LiveKubernetes, connect, read_live
+
+#: metadata fields the server sets; left out of the diffs people read.
+_SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """How to reach and treat the cluster: ``kubeconfig``/``context`` (None: in-cluster, else
+    ``$KUBECONFIG``), ``force_conflicts`` (take fields other managers own), ``prune_empty``
+    (allow pruning down to nothing)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    force_conflicts: bool = False
+    prune_empty: bool = False
+
+
+@dataclass
+class KubePass:
+    """The Kubernetes part of one run."""
+
+    desired: DesiredKubernetes
+    api: KubeApi | None = None
+    live: LiveKubernetes | None = None
+    comparison: KubeComparison | None = None
+    applies: list[Any] = field(default_factory=list)  # KubeObjects that still differ after the dry-run
+    changes: list[Change] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    drift: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def read(self) -> bool:
+        return self.live is not None
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.desired
+        return {"read": self.read, "labelPrefix": d.label_prefix, "kueueVersions": d.versions,
+                "labelledNodes": len(d.node_labels), "objects": [o.body for o in d.objects]}
+
+
+def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,
+         history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool) -> KubePass:
+    """Plan the Kubernetes target. Raises ``TargetError`` when the server cannot be read."""
+    target = intent.kubernetes
+    assert target is not None
+    if offline:
+        versions = kueue.choose_versions(target.kueue_version)
+        kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions))
+        kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
+                                            f"(--offline): rendered with Kueue {versions['Topology']}; labels and "
+                                            "objects are listed in the JSON plan, not compared", "kubernetes"))
+        return kpass
+    api = KubeApi(connect(options.kubeconfig, options.context))
+    served = api.served_kinds(kueue.GROUP)
+    versions = kueue.choose_versions(target.kueue_version, served)
+    kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)
+    for kind in kueue.KINDS:
+        if kind in versions:
+            continue
+        pinned = f" at the pinned {target.kueue_version}" if target.kueue_version else ""
+        offered = ", ".join(served.get(kind, ())) or "none"
+        what = "Kueue is not installed: " if not served else ""
+        kpass.diagnostics.append(Diagnostic(ERROR, "kueue-missing", f"{what}the API server does not serve Kueue "
+                                            f"{kind}{pinned} (served: {offered})", "targets.kubernetes.kueue",))
+    desired = kpass.desired
+    kpass.live = read_live(api, desired.objects, desired.owner_selector, desired.label_prefix,
+                           cordon_annotation(desired.label_prefix))
+    cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
+                                     allow_empty=options.prune_empty)
+    kpass.diagnostics += cmp.diagnostics
+    kpass.drift += cmp.drift
+    for p in cmp.label_patches:
+        address = f"kubernetes/Node/{p.node}"
+        kpass.changes.append(Change("node", address, "update", cmp.causes[address], cmp.label_reasons[p.node]))
+    if not any(d.severity == ERROR and d.code == "kueue-missing" for d in kpass.diagnostics):
+        for obj in cmp.candidates:
+            _dry_run(kpass, obj, options.force_conflicts)
+    for obj in reversed(cmp.deletes):
+        kpass.changes.append(Change("object", obj.address, "delete", "intent", "owned by rackctl, no longer in "
+                                    "the intent", _diff(obj.address, obj.body, None)))
+    for action, p, reason in cmp.health_patches:
+        kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", action, "intent", reason))
+    if kpass.live.compute_domains is not None:
+        slice_of = {h: b.slice_name for b in slurm.blocks for h in b.nodes}
+        out = {s.host for s in slurm.node_states}
+        kpass.diagnostics += computedomains.check(kpass.live.compute_domains, slice_of, out,
+                                                  target.compute_domain_not_ready_s, now)
+    return kpass
+
+
+def _dry_run(kpass: KubePass, obj, force: bool) -> None:
+    """Dry-run one differing object: a real change, a conflict, or nothing after all."""
+    assert kpass.api is not None and kpass.live is not None and kpass.comparison is not None
+    have = kpass.live.objects.get(obj.address)
+    try:
+        after = kpass.api.apply(obj, dry_run=True, force=force)
+    except TargetError as exc:
+        code = "kubernetes-conflict" if "HTTP 409" in exc.message else "kubernetes-rejected"
+        kpass.diagnostics.append(Diagnostic(ERROR, code, exc.message + (f" ({exc.hint})" if exc.hint else ""),
+                                            obj.address))
+        return
+    diff = _diff(obj.address, have, after)
+    if have is not None and not diff:
+        return  # the server holds this already (e.g. fields in another order)
+    why = "; ".join(differences(obj.body, have)[:4]) if have is not None else f"{obj.kind} {obj.version}"
+    kpass.applies.append(obj)
+    kpass.changes.append(Change("object", obj.address, "create" if have is None else "update",
+                                kpass.comparison.causes[obj.address], why, diff))
+
+
+def _diff(address: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    old, new = _shown(before), _shown(after)
+    if old == new:
+        return ""
+    return "".join(difflib.unified_diff(old, new, f"a/{address}" if before else "/dev/null",
+                                        f"b/{address}" if after else "/dev/null"))
+
+
+def _shown(doc: dict[str, Any] | None) -> list[str]:
+    if doc is None:
+        return []
+    doc = json.loads(json.dumps(doc))
+    meta = doc.get("metadata") or {}
+    for key in _SERVER_FIELDS:
+        meta.pop(key, None)
+    doc.pop("status", None)
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False).splitlines(keepends=True)
+
+
+@dataclass
+class KubeApplied:
+    """What ``apply`` did: counts, and Nodes that vanished before their patch."""
+
+    labelled: int = 0
+    applied: int = 0
+    pruned: int = 0
+    tainted: int = 0
+    vanished: list[str] = field(default_factory=list)
+
+
+def apply(kpass: KubePass, options: KubeOptions) -> KubeApplied:
+    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write."""
+    api, cmp = kpass.api, kpass.comparison
+    assert api is not None and cmp is not None
+    done = KubeApplied()
+    for p in cmp.label_patches:
+        if api.patch_node(p.node, p.body()):
+            done.labelled += 1
+        else:
+            done.vanished.append(p.node)
+    for obj in kpass.applies:
+        api.apply(obj, dry_run=False, force=options.force_conflicts)
+        done.applied += 1
+    for _, p, _ in cmp.health_patches:
+        if api.patch_node(p.node, p.body()):
+            done.tainted += 1
+        else:
+            done.vanished.append(p.node)
+    for obj in reversed(cmp.deletes):
+        api.delete(obj, dry_run=False)
+        done.pruned += 1
+    return done
+
+
+def record_of(kpass: KubePass, vanished: list[str]) -> KubeRecord:
+    """The record to keep after a successful apply: what rackctl set on each Node and object."""
+    assert kpass.live is not None
+    gone = set(vanished)
+    d = kpass.desired
+    return KubeRecord({n: digest(labels) for n, labels in d.node_labels.items()
+                       if n in kpass.live.nodes and n not in gone},
+                      {o.address: digest(o.body) for o in d.objects})
