@@ -339,7 +339,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             return _busy_reslice(args, run, busy)
         if not plan.has_changes:
             _count_pass(run)
-            print(f"No changes. {_no_changes(run)}; nothing written.")
+            reloaded = ", nothing reloaded" if intent.slurm_enabled else ""
+            print(f"No changes. {_no_changes(run)}; nothing written{reloaded}.")
             _print_pending(plan)
             return EXIT_OK
         sys.stdout.write(report.render(plan, "text"))

@@ -333,7 +333,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
     )
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)
-    _check_block_sizes(intent)
+    if intent.slurm_enabled:  # one BlockSizes, maxJobSpan: rack: rules of Slurm's topology/block
+        _check_block_sizes(intent)
     _check_topology_names(intent)
     return intent
 

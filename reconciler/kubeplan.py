@@ -165,7 +165,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
             if recorded:
                 drift.append({"address": obj.address, "cause": "drift",
                               "detail": "edited outside rackctl: " + "; ".join(why[:3])})
-    for address, have in sorted(live.objects.items()):
+    order = list(KINDS)  # kept in apply order; pruned in reverse
+    for address, have in sorted(live.objects.items(), key=lambda kv: (order.index(kv[0].split("/")[1]), kv[0])):
         if address not in wanted:
             kind = address.split("/")[1]
             api_version = have.get("apiVersion", "")

@@ -119,6 +119,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         plan.kubernetes = kpass.to_json()
         plan.kubernetes_changes = kpass.changes
         plan.drift += kpass.drift
+        if not intent.slurm_enabled and kpass.comparison is not None and kpass.comparison.nodes is not None:
+            plan.node_states = [r.to_json() for r in kpass.comparison.nodes.rows]
     return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
 
 

@@ -69,7 +69,8 @@ def summary_line(plan: Plan) -> str:
     matched = " and ".join(w for w, on in (("the Slurm files", plan.target is not None),
                                            ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes["read"])))
                            if on)
-    head = "; ".join(parts) if parts else (f"No changes. {matched[0].upper()}{matched[1:]} match the intent"
+    verb = "matches" if matched == "the Kubernetes state" else "match"
+    head = "; ".join(parts) if parts else (f"No changes. {matched[0].upper()}{matched[1:]} {verb} the intent"
                                            if matched else "Nothing compared (the Kubernetes API server was not read)")
     tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
     for key, label in (("node_pending", "held by damping"), ("node_resumes", "to resume"),

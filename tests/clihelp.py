@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.cli import main
-from reconciler.intent import IMEX_SCRIPTS
+from reconciler.intent import IMEX_SCRIPTS, load_intent
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "examples"
-EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if (p / "intent.yaml").is_file())
+#: The examples with a Slurm target (the Kubernetes-only one is driven against the fake API server).
+EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir()
+                  if (p / "intent.yaml").is_file() and load_intent(p / "intent.yaml").slurm_enabled)
 MANAGED = ("topology.conf", "rackctl.conf", *IMEX_SCRIPTS.values())  # every example is per-job IMEX
 
 

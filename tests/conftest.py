@@ -23,6 +23,16 @@ def no_site_slurm(monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join(kept))
 
 
+@pytest.fixture(autouse=True)
+def no_site_kubernetes(monkeypatch, tmp_path_factory):
+    """Tests never talk to a real Kubernetes cluster: no in-cluster service account, and
+    KUBECONFIG names a file that does not exist (so ~/.kube/config is not read either). A test
+    reaches the fake API server only through its own ``--kubeconfig``."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path_factory.getbasetemp() / "no-such-kubeconfig"))
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """Root of the shared real-world fixtures (``../shared/fixtures`` from the checkout)."""

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clihelp import EXAMPLES as SLURM_EXAMPLES
 
 from reconciler import __version__, schemas
 from reconciler.cli import main
@@ -86,7 +87,7 @@ def _normalized(work: Path, path: Path) -> bytes:
 
 def test_scenarios_exist():
     assert len(SCENARIOS) >= 20, SCENARIOS
-    assert {f"example-{p.parent.name}" for p in EXAMPLES.glob("*/intent.yaml")} <= set(SCENARIOS)
+    assert {f"example-{name}" for name in SLURM_EXAMPLES} <= set(SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

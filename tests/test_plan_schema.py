@@ -13,7 +13,9 @@ import pytest
 from reconciler import schemas
 from reconciler.cli import main
 
-EXAMPLES = sorted(p.parent for p in (Path(__file__).resolve().parents[1] / "examples").glob("*/intent.yaml"))
+from clihelp import EXAMPLES as SLURM_EXAMPLES, EXAMPLES_DIR
+
+EXAMPLES = [EXAMPLES_DIR / name for name in SLURM_EXAMPLES]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
@@ -37,6 +39,7 @@ def test_schema_rejects_an_unknown_action():
            "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},
            "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
                         "reason": "r"}],
-           "drift": [], "node_states": [], "block_sizes": [18], "controller": None, "diagnostics": []}
+           "drift": [], "node_states": [], "block_sizes": [18], "controller": None, "kubernetes": None,
+           "diagnostics": []}
     err = schemas.first_error("plan", doc)
     assert err is not None and list(err.absolute_path) == ["changes", 0, "action"]

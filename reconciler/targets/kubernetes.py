@@ -17,10 +17,11 @@ Writes follow Kubernetes' own rules:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ..errors import TargetError
+from ..errors import InputError, TargetError
 from ..kueue import GROUP as KUEUE_GROUP
 from ..kueue import KINDS as KUEUE_KINDS
 from ..kueue import KubeObject
@@ -64,10 +65,14 @@ class LiveKubernetes:
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """An ``ApiClient``: ``kubeconfig`` when given, else in-cluster config (a pod's
-    ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. Raises ``TargetError``."""
+    ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. Raises ``InputError`` for a
+    ``kubeconfig`` that does not exist, else ``TargetError``."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    if kubeconfig is not None and not os.path.exists(kubeconfig):
+        # the client reads a missing file as an empty config ("No configuration found")
+        raise InputError("kubeconfig not found; expected a kubeconfig file (--kubeconfig)", file=kubeconfig)
     try:
         if kubeconfig is None and context is None:
             try:
@@ -275,8 +280,8 @@ def _error(what: str, exc: Exception) -> TargetError:
         causes = [c.get("message", "") for c in (doc.get("details") or {}).get("causes") or []]
     except (ValueError, AttributeError):
         pass
-    hint = {401: "the credentials were refused", 403: "rackctl's account lacks a permission (see the RBAC "
-            "in the README)", 409: "another field manager owns these fields: pass --force-conflicts to take "
+    hint = {401: "the credentials were refused", 403: "rackctl's account lacks a permission (see "
+            "examples/kubernetes/reconciler-rbac.yaml)", 409: "another field manager owns these fields: pass --force-conflicts to take "
             "them over, or resolve the conflict" if "conflict" in message.lower() else None}.get(status)
     detail = f" ({'; '.join(c for c in causes if c)})" if any(causes) and status == 409 else ""
     return TargetError(f"kubernetes: {what}: HTTP {status}: {message}{detail}", hint=hint)
