@@ -200,13 +200,15 @@ def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     intent = load_intent(args.file)
-    sizes = block_sizes(intent)
+    sizes = block_sizes(intent) if intent.slurm_enabled else None
+    targets = [t for t, on in (("slurm", intent.slurm_enabled), ("kubernetes", intent.kubernetes is not None)) if on]
     if args.format == "json":
         print(json.dumps({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
-                          "tiers": len(intent.tiers), "block_sizes": sizes}, indent=2))
+                          "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes}, indent=2))
     else:
+        what = f", BlockSizes={','.join(map(str, sizes))}" if sizes else ""
         print(f"{display_path(intent.path)}: valid — cluster {intent.name}, {len(intent.racks)} rack(s), "
-              f"{len(intent.tiers)} tier(s), BlockSizes={','.join(map(str, sizes))}")
+              f"{len(intent.tiers)} tier(s), targets {' and '.join(targets)}{what}")
     return EXIT_OK
 
 

@@ -97,6 +97,8 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                            cordon_annotation(desired.label_prefix))
     cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)
+    # A kind not rendered (not served at the pinned version) is not pruned either.
+    cmp.deletes = [o for o in cmp.deletes if o.kind in versions]
     kpass.diagnostics += cmp.diagnostics
     kpass.drift += cmp.drift
     for p in cmp.label_patches:
