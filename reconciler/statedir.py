@@ -24,7 +24,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from .atomicfile import atomic_write
 from . import hostlist
@@ -37,6 +37,7 @@ RECORD_FORMAT = 1
 _ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]{2,45}")  # rackctl records only IPs
 KEEP_BACKUPS = 10
 MAX_RECORD_BYTES = 256 * 1024 * 1024
+T = TypeVar("T")
 
 
 def default_state_dir() -> Path:
@@ -118,39 +119,37 @@ class StateDir:
     def read_health(self) -> HealthHistory:
         """The trays' health history (empty when none yet). Raises ``TargetError`` when it exists
         but cannot be read."""
-        f = self.path / "health.json"
-
-        def unreadable(why: str) -> TargetError:
-            return TargetError(f"{f}: unreadable health history ({why})",
-                               hint="move it away; damping then starts over")
-
-        raw = read_bytes_capped(f, what="health history", max_bytes=MAX_RECORD_BYTES, error=unreadable)
-        if raw is None:
-            return HealthHistory()
-        try:
-            return HealthHistory.from_json(json.loads(raw.decode("utf-8")))
-        except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise unreadable(f"{type(exc).__name__}: {exc}") from None
+        doc = self._read_json("health.json", "health history", "move it away; damping then starts over",
+                              HealthHistory.from_json)
+        return doc if doc is not None else HealthHistory()
 
     def read_kube_record(self) -> KubeRecord:
         """What the last Kubernetes apply set (empty when none yet). Raises ``TargetError`` when
         it exists but cannot be read."""
-        f = self.path / "kubernetes.json"
-
-        def unreadable(why: str) -> TargetError:
-            return TargetError(f"{f}: unreadable Kubernetes apply record ({why})",
-                               hint="move it away; labels and objects are then compared without it")
-
-        raw = read_bytes_capped(f, what="Kubernetes apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable)
-        if raw is None:
-            return KubeRecord()
-        try:
-            doc = json.loads(raw.decode("utf-8"))
+        def build(doc: dict[str, Any]) -> KubeRecord:
             labels, objects = doc["labels"], doc["objects"]
             for part in (labels, objects):
                 if not isinstance(part, dict) or not all(isinstance(v, str) for v in part.values()):
                     raise TypeError("'labels' and 'objects' must map names to digests")
             return KubeRecord(dict(labels), dict(objects))
+
+        record = self._read_json("kubernetes.json", "Kubernetes apply record",
+                                 "move it away; labels and objects are then compared without it", build)
+        return record if record is not None else KubeRecord()
+
+    def _read_json(self, name: str, what: str, hint: str, build: Callable[[Any], T]) -> T | None:
+        """``build(document)`` of the JSON file ``name``, None when it does not exist. A file that
+        cannot be read or built (KeyError/TypeError/ValueError...) raises ``TargetError``."""
+        f = self.path / name
+
+        def unreadable(why: str) -> TargetError:
+            return TargetError(f"{f}: unreadable {what} ({why})", hint=hint)
+
+        raw = read_bytes_capped(f, what=what, max_bytes=MAX_RECORD_BYTES, error=unreadable)
+        if raw is None:
+            return None
+        try:
+            return build(json.loads(raw.decode("utf-8")))
         except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise unreadable(f"{type(exc).__name__}: {exc}") from None
 

@@ -307,3 +307,14 @@ def test_tests_never_reach_a_real_cluster(cluster, kube):
     assert not os.path.exists(os.environ["KUBECONFIG"])
     assert "KUBERNETES_SERVICE_HOST" not in os.environ
     assert kube.kubeconfig.read_text().count("http://127.0.0.1:") == 1
+
+
+def test_a_garbled_kubernetes_record_is_one_clear_error(kube, cluster, capsys, tmp_path):
+    intent, args = cluster
+    record = tmp_path / "state" / "dc1-gb200" / "kubernetes.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"labels": [1, 2]}')
+    res = run_main(capsys, "plan", *args)
+    assert res.rc == 1, res
+    assert "kubernetes.json: unreadable Kubernetes apply record (KeyError" in res.err
+    assert "Traceback" not in res.err and writes(kube) == []
