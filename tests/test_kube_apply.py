@@ -318,3 +318,30 @@ def test_a_garbled_kubernetes_record_is_one_clear_error(kube, cluster, capsys, t
     assert res.rc == 1, res
     assert "kubernetes.json: unreadable Kubernetes apply record (KeyError" in res.err
     assert "Traceback" not in res.err and writes(kube) == []
+
+
+def test_both_targets_in_one_pass(kube, tmp_path, capsys):
+    from clihelp import MANAGED, config_dir_for
+
+    doc = yaml.safe_load((EXAMPLES_DIR / "dc1-gb200" / "intent.yaml").read_text())
+    doc["inventory"]["path"] = str(EXAMPLES_DIR / "dc1-gb200" / "inventory")
+    doc["targets"]["kubernetes"] = {"labelPrefix": "gb.example.com/"}
+    intent = tmp_path / "intent.yaml"
+    intent.write_text(yaml.safe_dump(doc, sort_keys=False))
+    cfg = config_dir_for("dc1-gb200", tmp_path)
+    for h in hosts_of(Path(doc["inventory"]["path"])):
+        kube.seed(node(h))
+    args = ["-f", intent, "--slurm-config-dir", cfg, "--kubeconfig", kube.kubeconfig, "--state-dir", tmp_path / "st"]
+    res = run_main(capsys, "plan", *args)
+    assert res.rc == 2, res
+    assert res.out.rstrip().splitlines()[-1].startswith(
+        f"Plan: files: {len(MANAGED)} to add, 0 to change, 0 to remove; blocks: 6 to add")
+    assert "Kubernetes objects: 3 to add" in res.out and "Kubernetes Node labels: 54 to change" in res.out
+    res = run_main(capsys, "apply", *args, "--no-reload", "--auto-approve")
+    assert res.rc == 0, res
+    assert sorted(p.name for p in cfg.iterdir()) == sorted(["slurm.conf", *MANAGED])
+    assert get_node(kube, "gb-r01-n01")["metadata"]["labels"]["gb.example.com/slice"] == "r01-s0"
+    kube.reset_requests()
+    res = run_main(capsys, "apply", *args, "--no-reload", "--auto-approve")
+    assert res.rc == 0 and "No changes. The Slurm files match the intent; the Kubernetes labels" in res.out, res
+    assert writes(kube) == [] and dry_runs(kube) == []
