@@ -31,7 +31,7 @@ EPILOG = """exit codes:
   discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
   plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure
-  drift      0 none, 2 drift (managed files differ, or hardware findings), 1 error
+  drift      0 none, 2 drift (managed files, Node labels or owned objects differ, or hardware findings), 1 error
   simulate   0 written, 1 error (nothing written)
   collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
   verify     0 every placement probe passed (or not placeable because of drained trays), 1 a probe failed or error
@@ -92,7 +92,8 @@ def _fail(args: argparse.Namespace, message: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = _ArgumentParser(prog="rackctl", description="Declarative reconciler for rack-scale NVLink GPU "
-                        "clusters: intent -> discovered fabric -> Slurm topology/block.",
+                        "clusters: intent -> discovered fabric -> Slurm topology/block and Kubernetes "
+                        "labels, Kueue topology and queues.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"rackctl {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -156,18 +157,18 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("-f", "--file", required=True, metavar="INTENT")
         c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
         c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
-        c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records); "
-                       "default $XDG_STATE_HOME/rackctl")
+        c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
+                       "both targets, health history); default $XDG_STATE_HOME/rackctl")
         c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol) "
                        "or the Kubernetes API server: plan from the files alone; node drains are listed, not "
                        "applied; Kubernetes objects are rendered into the JSON plan, not compared")
         c.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the Kubernetes target (default: "
                        "in-cluster config, else $KUBECONFIG or ~/.kube/config)")
         c.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
-        c.add_argument("--force-conflicts", action="store_true", help="server-side apply takes over fields "
-                       "another field manager owns (default: a conflict is an error)")
+        c.add_argument("--force-conflicts", action="store_true", help="server-side apply (and its dry-run in "
+                       "plan/drift) takes over fields another field manager owns (default: a conflict is an error)")
         c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
-                       "label when the desired Kubernetes state is empty (default: refused)")
+                       "label when the desired Kubernetes state is empty (default: refused, an error)")
         if name == "apply":
             c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
             c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
@@ -322,6 +323,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         raise InputError("--drain-first needs the running controller to see busy trays; drop --offline",
                          field="--drain-first")
     intent = _intent(args)
+    if args.offline and not intent.slurm_enabled:
+        raise InputError("apply --offline has nothing to write: the Kubernetes target is written through its "
+                         "API server", field="--offline", hint="use plan --offline to review the rendered objects")
     state = _state(args, intent)
     kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
@@ -353,6 +357,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             _apply_slurm(args, run)
         if run.kube is not None and run.kube.read:
             _apply_kubernetes(run, kube)
+        elif run.kube is not None and plan.kubernetes_changes:
+            print("Kubernetes: the changes above were listed, not applied (--offline).")
         _count_pass(run)
     _print_pending(plan)
     return EXIT_OK
@@ -365,7 +371,8 @@ def _no_changes(run: pipeline.Run) -> str:
         parts.append(f"The Slurm files match the intent{runs}")
     if run.kube is not None and run.kube.read:
         parts.append("the Kubernetes labels and objects match the intent")
-    return "; ".join(parts) or "Nothing was read to compare"
+    text = "; ".join(parts) or "nothing was read to compare"
+    return text[0].upper() + text[1:]
 
 
 def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:

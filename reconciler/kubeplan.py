@@ -139,7 +139,7 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
         reasons[name] = _label_reason(node.labels, change)
         if hand:
             drift.append({"address": address, "cause": "drift",
-                          "detail": f"labels changed outside rackctl: {reasons[name]}"})
+                          "detail": f"labels changed outside rackctl since the last apply; to restore: {reasons[name]}"})
         patches.append(NodePatch(name, labels=change))
 
     candidates, deletes = [], []
@@ -164,7 +164,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
             causes[obj.address] = "drift" if recorded else "intent"
             if recorded:
                 drift.append({"address": obj.address, "cause": "drift",
-                              "detail": "edited outside rackctl: " + "; ".join(why[:3])})
+                              "detail": "edited outside rackctl since the last apply (live -> desired): "
+                              + "; ".join(why[:3])})
     order = list(KINDS)  # kept in apply order; pruned in reverse
     for address, have in sorted(live.objects.items(), key=lambda kv: (order.index(kv[0].split("/")[1]), kv[0])):
         if address not in wanted:

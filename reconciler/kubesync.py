@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from . import computedomains, kueue
+from . import computedomains, hostlist, kueue
 from .diagnostics import ERROR, INFO, Diagnostic
 from .errors import TargetError
 from .intent import Intent
@@ -64,8 +64,14 @@ class KubePass:
 
     def to_json(self) -> dict[str, Any]:
         d = self.desired
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name, labels in d.node_labels.items():
+            groups.setdefault(tuple(sorted(labels.items())), []).append(name)
+        firsts = {k: min(v, key=hostlist.natural_key) for k, v in groups.items()}
+        label_sets = [{"labels": dict(k), "nodes": hostlist.compress(groups[k])}
+                      for k in sorted(groups, key=lambda k: hostlist.natural_key(firsts[k]))]
         return {"read": self.read, "labelPrefix": d.label_prefix, "kueueVersions": d.versions,
-                "labelledNodes": len(d.node_labels), "objects": [o.body for o in d.objects]}
+                "labelledNodes": len(d.node_labels), "labelSets": label_sets, "objects": [o.body for o in d.objects]}
 
 
 def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,
@@ -76,9 +82,11 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     if offline:
         versions = kueue.choose_versions(target.kueue_version)
         kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions))
+        kpass.changes = _against_record(kpass.desired, record)
         kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
-                                            f"(--offline): rendered with Kueue {versions['Topology']}; labels and "
-                                            "objects are listed in the JSON plan, not compared", "kubernetes"))
+                                            f"(--offline): rendered with Kueue {versions['Topology']} and compared "
+                                            "with what rackctl last applied (the state dir), not with the cluster",
+                                            "kubernetes"))
         return kpass
     api = KubeApi(connect(options.kubeconfig, options.context))
     served = api.served_kinds(kueue.GROUP)
@@ -118,6 +126,31 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
         kpass.diagnostics += computedomains.check(kpass.live.compute_domains, slice_of, out,
                                                   target.compute_domain_not_ready_s, now)
     return kpass
+
+
+def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Change]:
+    """Offline: the changes from what rackctl last applied (its record) to the desired state,
+    each object with its whole rendered manifest as the diff for review."""
+    why = "not compared with the cluster (--offline)"
+    changes = []
+    for name in sorted(set(desired.node_labels) | set(record.labels), key=hostlist.natural_key):
+        labels = desired.node_labels.get(name)
+        if labels is None:
+            changes.append(Change("node", f"kubernetes/Node/{name}", "update", "intent",
+                                  f"rackctl's labels removed; {why}"))
+        elif record.labels.get(name) != digest(labels):
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            changes.append(Change("node", f"kubernetes/Node/{name}", "update", "intent", f"{shown}; {why}"))
+    wanted = set()
+    for obj in desired.objects:
+        wanted.add(obj.address)
+        if record.objects.get(obj.address) != digest(obj.body):
+            action = "update" if obj.address in record.objects else "create"
+            changes.append(Change("object", obj.address, action, "intent", f"{obj.kind} {obj.version}; {why}",
+                                  _diff(obj.address, None, obj.body)))
+    for address in sorted(set(record.objects) - wanted):
+        changes.append(Change("object", address, "delete", "intent", f"no longer in the intent; {why}"))
+    return changes
 
 
 def _dry_run(kpass: KubePass, obj, force: bool) -> None:

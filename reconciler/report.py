@@ -70,8 +70,14 @@ def summary_line(plan: Plan) -> str:
                                            ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes["read"])))
                            if on)
     verb = "matches" if matched == "the Kubernetes state" else "match"
-    head = "; ".join(parts) if parts else (f"No changes. {matched[0].upper()}{matched[1:]} {verb} the intent"
-                                           if matched else "Nothing compared (the Kubernetes API server was not read)")
+    if parts:
+        head = "; ".join(parts)
+    elif s["errors"]:
+        head = "No changes can be planned until the errors below are fixed"
+    elif matched:
+        head = f"No changes. {matched[0].upper()}{matched[1:]} {verb} the intent"
+    else:
+        head = "No changes from what rackctl last applied (the Kubernetes API server was not read)"
     tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
     for key, label in (("node_pending", "held by damping"), ("node_resumes", "to resume"),
                        ("node_drains", "to drain")):

@@ -147,7 +147,7 @@ def test_the_base_intent_is_good(site, name):
     # tiers without a slurm section are fine when only targets.kubernetes is named
     before = snapshot(site)
     res = rackctl(*command(name), cwd=site)
-    assert res.rc == 0, res
+    assert res.rc == (0 if name == "validate" else 2), res  # offline, nothing applied yet: all to create
     assert "Traceback" not in res.err
     assert snapshot(site) == before
     if name == "validate":
@@ -172,7 +172,7 @@ def test_slices_of_different_sizes_without_slurm(site, name):
     # one BlockSizes for the whole cluster is a Slurm rule: Kubernetes labels slices of any size
     (site / "intent.yaml").write_text(sub(R03, R03_WHOLE))
     res = rackctl(*command(name), *(["--format", "json"] if name == "plan" else []), cwd=site)
-    assert res.rc == 0, res
+    assert res.rc == (0 if name == "validate" else 2), res
     if name == "plan":
         kube = json.loads(res.out)["kubernetes"]
         assert kube["labelledNodes"] == 36
@@ -198,10 +198,17 @@ def test_a_topology_name_that_is_not_a_dns_subdomain(site):
 def test_offline_json_plan_of_the_kubernetes_example(tmp_path):
     res = rackctl("plan", "-f", EXAMPLE, "--offline", "--format", "json", "--state-dir", tmp_path / "state",
                   cwd=tmp_path)
-    assert res.rc == 0, res
+    assert res.rc == 2, res  # no apply record yet: every label and object is to be created
     assert "Traceback" not in res.err
-    kube = json.loads(res.out)["kubernetes"]
+    doc = json.loads(res.out)
+    assert doc["summary"]["object_create"] == 4 and doc["summary"]["node_update"] == 54
+    kube = doc["kubernetes"]
     assert kube["read"] is False
+    assert kube["labelSets"][0] == {"nodes": "gb-r01-n[01-09]", "labels": {
+        "rackctl.dev/nvlink-domain": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "rackctl.dev/rack": "r01",
+        "rackctl.dev/slice": "r01-s0", "rackctl.dev/tier.train": "true"}}
+    assert [s["nodes"] for s in kube["labelSets"]] == ["gb-r01-n[01-09]", "gb-r01-n[10-18]", "gb-r02-n[01-09]",
+                                                        "gb-r02-n[10-18]", "gb-r03-n[01-09]", "gb-r03-n[10-18]"]
     assert kube["labelPrefix"] == "rackctl.dev/"
     assert kube["kueueVersions"] == {"Topology": "v1beta2", "ResourceFlavor": "v1beta2", "ClusterQueue": "v1beta2"}
     assert kube["labelledNodes"] == 54
@@ -224,10 +231,14 @@ def test_offline_json_plan_of_the_kubernetes_example(tmp_path):
 
 def test_offline_text_plan_says_the_api_server_was_not_read(tmp_path):
     res = rackctl("plan", "-f", EXAMPLE, "--offline", "--state-dir", tmp_path / "state", cwd=tmp_path)
-    assert res.rc == 0, res
+    assert res.rc == 2, res
     assert res.out.startswith("rackctl plan for cluster dc1-gb200 (Kubernetes, Kueue v1beta2, not read)")
     assert "the Kubernetes API server was not read (--offline)" in res.out
-    assert "Plan: Nothing compared (the Kubernetes API server was not read)." in res.out
+    assert "  + kubernetes/ResourceFlavor/gb200-dev (create, cause: intent): ResourceFlavor v1beta2; not " \
+           "compared with the cluster (--offline)" in res.out
+    assert "      +  topologyName: dc1-gb200" in res.out
+    assert res.out.rstrip().endswith("Plan: Kubernetes objects: 4 to add, 0 to change, 0 to remove; Kubernetes "
+                                     "Node labels: 54 to change. 0 warning(s), 0 error(s).")
 
 
 def test_plan_with_a_kubeconfig_that_does_not_exist(tmp_path):

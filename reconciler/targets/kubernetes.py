@@ -82,8 +82,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
                 pass
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except (ConfigException, OSError, ValueError) as exc:
-        raise TargetError(f"no usable Kubernetes configuration ({exc})",
-                          hint="pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount") from None
+        hint = ("check the name against `kubectl config get-contexts`" if context and "context" in str(exc).lower()
+                else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount")
+        raise TargetError(f"no usable Kubernetes configuration ({exc})", hint=hint) from None
 
 
 class KubeApi:
