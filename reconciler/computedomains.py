@@ -23,12 +23,22 @@ def check(domains: list[dict[str, Any]], slice_of: dict[str, str], out_of_servic
     placed tray; ``out_of_service``: hosts rackctl drains, taints or cordons."""
     diags: list[Diagnostic] = []
     for cd in domains:
-        meta, status = cd.get("metadata") or {}, cd.get("status") or {}
+        meta, status = cd.get("metadata"), cd.get("status")
+        meta = meta if isinstance(meta, dict) else {}
         name = f"{meta.get('namespace', '')}/{meta.get('name', '?')}"
         subject = f"ComputeDomain {name}"
-        members = [n for n in status.get("nodes") or [] if isinstance(n, dict)]
-        hosts = sorted({str(n.get("name", "")) for n in members if n.get("name")}, key=hostlist.natural_key)
-        cliques = sorted({str(n["cliqueID"]) for n in members if n.get("cliqueID")})
+        members = status.get("nodes") if isinstance(status, dict) else None
+        if status is not None and (not isinstance(status, dict) or not isinstance(members, (list, type(None)))):
+            diags.append(Diagnostic(WARNING, "compute-domain-unreadable", f"{subject} has a status of an "
+                                    "unknown shape (expected status.status and a list status.nodes); not checked",
+                                    subject))
+            continue
+        status = status or {}
+        members = [n for n in members or [] if isinstance(n, dict)]
+        # Only names of placed trays are host names rackctl can trust (and sort).
+        hosts = sorted({n["name"] for n in members if isinstance(n.get("name"), str) and n["name"] in slice_of},
+                       key=hostlist.natural_key)
+        cliques = sorted({n["cliqueID"] for n in members if isinstance(n.get("cliqueID"), str) and n["cliqueID"]})
         if len(cliques) > 1:
             diags.append(Diagnostic(WARNING, "compute-domain-cliques", f"{subject} spans {len(cliques)} NVLink "
                                     f"cliques ({', '.join(cliques)}): its IMEX domain cannot reach across them",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,6 +310,10 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
     )
     if not slurm_enabled and kubernetes is None:
         raise smap.error(("targets",), "no target: expected slurm, kubernetes or both")
+    if kubernetes is not None and any(kubernetes.label_prefix == p or kubernetes.label_prefix.endswith("." + p)
+                                      for p in RESERVED_PREFIXES):
+        raise smap.error(("targets", "kubernetes", "labelPrefix"), f"{kubernetes.label_prefix} is reserved for "
+                         "Kubernetes components; expected a prefix of your own, such as rackctl.dev/")
 
     inv = data.get("inventory")
     intent = Intent(
@@ -422,8 +427,15 @@ def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap, slurm_enabled: boo
         queue = None
         if "clusterQueue" in k:
             q = k["clusterQueue"]
-            queue = ClusterQueueSpec(q.get("name", t["name"]), tuple((r, str(v)) for r, v in q["quotas"].items()),
-                                     q.get("cohort"))
+            quotas = []
+            for r, v in q["quotas"].items():
+                text = _quantity(v)
+                if text is None:
+                    raise smap.error(("tiers", i, "kubernetes", "clusterQueue", "quotas", r), f"{v!r} is not a "
+                                     "Kubernetes quantity; expected a whole or decimal number (at most 18 digits, "
+                                     "9 after the point) with an optional suffix such as Gi or k")
+                quotas.append((r, text))
+            queue = ClusterQueueSpec(q.get("name", t["name"]), tuple(quotas), q.get("cohort"))
             if queue.name in queues:
                 raise smap.error(("tiers", i, "kubernetes", "clusterQueue", "name"), f"ClusterQueue "
                                  f"{queue.name!r} is already used by tiers[{queues[queue.name]}]")
@@ -434,6 +446,27 @@ def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap, slurm_enabled: boo
             priority_tier=s.get("priorityTier"), default=bool(s.get("default", False)),
             state=s.get("state", "UP")), KubernetesTier(flavor, queue)))
     return tiers
+
+
+_QUANTITY = re.compile(r"[0-9]{1,18}(\.[0-9]{1,9})?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+
+
+def _quantity(value: Any) -> str | None:
+    """A quota as the Kubernetes quantity text rackctl renders, or None when it is not one
+    (YAML .nan/.inf, 1e+20, 30 digits)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        text = str(int(value)) if value.is_integer() else repr(value)
+    else:
+        text = str(value)
+    return text if _QUANTITY.fullmatch(text) else None
+
+
+#: Label prefixes Kubernetes reserves for its own components (labels-annotations-taints docs).
+RESERVED_PREFIXES = ("kubernetes.io/", "k8s.io/")
 
 
 def _check_hosts_disjoint(intent: Intent) -> None:

@@ -126,9 +126,19 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
         diags.append(Diagnostic(WARNING, "kubernetes-node-missing", f"{len(missing)} placed tray(s) have no "
                                 f"Kubernetes Node (labels not applied; rackctl never creates Nodes): "
                                 f"{hostlist.compress(missing)}", "kubernetes", hardware=True))
+    cluster_key = f"{target.label_prefix}cluster"
+    ours = desired.owner_labels.get(cluster_key)
+    claimed: list[str] = []
+    present = 0
     for name in sorted(live.nodes, key=hostlist.natural_key):
         node = live.nodes[name]
         want = desired.node_labels.get(name, {})
+        present += bool(want)
+        other = node.labels.get(cluster_key)
+        if other is not None and other != ours:
+            if want:  # another intent labelled this Node: never undo its labels
+                claimed.append(f"{name} ({other})")
+            continue
         if node.labels == want:
             continue
         change = {k: v for k, v in want.items() if node.labels.get(k) != v}
@@ -142,13 +152,25 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
                           "detail": f"labels changed outside rackctl since the last apply; to restore: {reasons[name]}"})
         patches.append(NodePatch(name, labels=change))
 
+    if claimed:
+        diags.append(Diagnostic(ERROR, "kubernetes-node-other-cluster", f"{len(claimed)} placed tray(s) carry "
+                                f"{cluster_key} of another intent: {', '.join(claimed[:10])}"
+                                f"{' ...' if len(claimed) > 10 else ''}; two intents cannot own one Node",
+                                "kubernetes"))
+    if desired.node_labels and not present:
+        diags.append(Diagnostic(ERROR, "kubernetes-no-placed-node", f"none of the {len(desired.node_labels)} "
+                                "placed trays is a Node of this cluster (wrong kubeconfig or context?)",
+                                "kubernetes"))
     candidates, deletes = [], []
     wanted = {o.address for o in desired.objects}
     for obj in desired.objects:
         if obj.address in live.unowned:
-            diags.append(Diagnostic(ERROR, "kubernetes-not-owned", f"{obj.address} exists and is not rackctl's "
-                                    f"(no {desired.owner_selector} labels); rackctl does not take it over",
-                                    obj.address))
+            labels = (live.unowned[obj.address].get("metadata") or {}).get("labels")
+            other = labels.get(cluster_key) if isinstance(labels, dict) else None
+            whose = (f"it belongs to rackctl intent {other!r}" if isinstance(other, str) and other != ours
+                     else f"it lacks the labels {desired.owner_selector}")
+            diags.append(Diagnostic(ERROR, "kubernetes-not-owned", f"{obj.address} exists and is not this "
+                                    f"intent's ({whose}); rackctl does not take it over", obj.address))
             continue
         have = live.objects.get(obj.address)
         recorded = record.objects.get(obj.address) == digest(obj.body)
@@ -221,8 +243,9 @@ def _subset(want: Any, have: Any, path: str, out: list[str]) -> None:
 def _owned_paths(live: dict[str, Any]) -> list[tuple[str, ...]]:
     """Leaf field paths rackctl's Apply entry of ``metadata.managedFields`` owns (a list field
     counts as one leaf)."""
-    entry = next((m for m in (live.get("metadata") or {}).get("managedFields") or []
-                  if m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"), None)
+    managed = (live.get("metadata") or {}).get("managedFields")
+    entry = next((m for m in managed if isinstance(m, dict) and m.get("manager") == FIELD_MANAGER
+                  and m.get("operation") == "Apply"), None) if isinstance(managed, list) else None
     out: list[tuple[str, ...]] = []
 
     def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:

@@ -101,7 +101,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
         kpass.diagnostics.append(Diagnostic(ERROR, "kueue-missing", f"{what}the API server does not serve Kueue "
                                             f"{kind}{pinned} (served: {offered})", "targets.kubernetes.kueue",))
     desired = kpass.desired
-    kpass.live = read_live(api, desired.objects, desired.owner_selector, desired.label_prefix,
+    kpass.live = read_live(api, desired.objects, desired.owner_labels, desired.label_prefix,
                            cordon_annotation(desired.label_prefix))
     cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)

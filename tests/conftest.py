@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+#: Fixtures of the Kubernetes tests (``kube``: a fake API server; ``cluster``: the example on it).
+pytest_plugins = ("kubehelp",)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Real files from NVIDIA, Slurm and Kubernetes live beside the checkout in shared/fixtures (each

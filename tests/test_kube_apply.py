@@ -7,79 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from clihelp import EXAMPLES_DIR, run_main
 from fakekube import CRD_DIR, FakeKube
+from kubehelp import PREFIX, WRITES, custom, dry_runs, example_on, get_node, hosts_of, node, writes
 from reconciler import schemas
-from reconciler.inventory.store import load_inventory
-
-EXAMPLE = EXAMPLES_DIR / "dc1-gb200-kubernetes"
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
-PREFIX = "rackctl.dev/"
-
-
-def node(name: str, labels: dict[str, str] | None = None, ready: bool = True) -> dict:
-    """A Node as a kubelet registers it."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-
-
-def hosts_of(inventory: Path) -> list[str]:
-    return [n["hostname"] for n in load_inventory(inventory)]
-
-
-@pytest.fixture
-def kube(tmp_path):
-    """A fake API server serving Kueue v1beta1+v1beta2 and ComputeDomains; stopped by PID."""
-    server = FakeKube(tmp_path / "kube", crds=[CRD_DIR / "kueue-v1beta2.yaml", CRD_DIR / "computedomains.yaml"])
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def cluster(kube, tmp_path):
-    """The example's intent (copied, inventory path made absolute), its Nodes registered, and
-    the common CLI arguments."""
-    intent = tmp_path / "intent.yaml"
-    doc = yaml.safe_load((EXAMPLE / "intent.yaml").read_text())
-    doc["inventory"]["path"] = str((EXAMPLE / doc["inventory"]["path"]).resolve())
-    intent.write_text(yaml.safe_dump(doc, sort_keys=False))
-    for h in hosts_of(Path(doc["inventory"]["path"])):
-        kube.seed(node(h, {"team": "ml-infra"}))
-    args = ["-f", intent, "--kubeconfig", kube.kubeconfig, "--state-dir", tmp_path / "state"]
-    return intent, args
-
-
-def writes(kube) -> list[dict]:
-    return [r for r in kube.requests() if r["method"] in WRITES and not r["dryRun"]]
-
-
-def dry_runs(kube) -> list[dict]:
-    return [r for r in kube.requests() if r["dryRun"]]
-
-
-def get_node(kube, name: str) -> dict:
-    from kubernetes import client
-
-    return client.CoreV1Api(kube.api_client()).read_node(name).to_dict()
-
-
-def custom(kube, plural: str, name: str, version: str = "v1beta2") -> dict | None:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return client.CustomObjectsApi(kube.api_client()).get_cluster_custom_object(
-            "kueue.x-k8s.io", version, plural, name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
 
 def test_plan_then_apply_then_nothing(kube, cluster, capsys):
     intent, args = cluster
@@ -106,7 +39,8 @@ def test_plan_then_apply_then_nothing(kube, cluster, capsys):
     assert res.rc == 0, res
     assert "labelled 54 Node(s), applied 4 object(s)" in res.out
     n01 = get_node(kube, "gb-r01-n01")["metadata"]["labels"]
-    assert n01 == {"kubernetes.io/hostname": "gb-r01-n01", "team": "ml-infra", f"{PREFIX}rack": "r01",
+    assert n01 == {"kubernetes.io/hostname": "gb-r01-n01", "team": "ml-infra", f"{PREFIX}cluster": "dc1-gb200",
+                   f"{PREFIX}rack": "r01",
                    f"{PREFIX}slice": "r01-s0", f"{PREFIX}nvlink-domain": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",
                    f"{PREFIX}tier.train": "true"}
     flavor = custom(kube, "resourceflavors", "gb200-train")
@@ -204,7 +138,7 @@ def test_a_failed_read_blocks_everything(kube, cluster, capsys, tmp_path):
     intent.write_text(yaml.safe_dump(doc, sort_keys=False))
     res = run_main(capsys, "apply", *args, "--auto-approve")
     assert res.rc == 1, res
-    assert "cannot reach the API server" in res.err and "Traceback" not in res.err
+    assert "discover API groups: cannot reach http://127.0.0.1:" in res.err and "Traceback" not in res.err
 
 
 def test_conflict_is_reported_unless_forced(kube, cluster, capsys):
@@ -232,12 +166,8 @@ def test_conflict_is_reported_unless_forced(kube, cluster, capsys):
 def test_kueue_not_installed_is_a_clear_error(tmp_path, capsys):
     server = FakeKube(tmp_path / "kube", crds=[])
     try:
-        intent = tmp_path / "intent.yaml"
-        doc = yaml.safe_load((EXAMPLE / "intent.yaml").read_text())
-        doc["inventory"]["path"] = str((EXAMPLE / doc["inventory"]["path"]).resolve())
-        intent.write_text(yaml.safe_dump(doc))
-        res = run_main(capsys, "plan", "-f", intent, "--kubeconfig", server.kubeconfig,
-                       "--state-dir", tmp_path / "state")
+        _, args = example_on(server, tmp_path)
+        res = run_main(capsys, "plan", *args)
         assert res.rc == 1, res
         assert "[kueue-missing] Kueue is not installed" in res.out
         assert [r for r in server.requests() if r["method"] in WRITES or r["dryRun"]] == []
@@ -248,11 +178,7 @@ def test_kueue_not_installed_is_a_clear_error(tmp_path, capsys):
 def test_kueue_013_gets_v1alpha1_topology(tmp_path, capsys):
     server = FakeKube(tmp_path / "kube", crds=[CRD_DIR / "kueue-v1alpha1-topology.yaml"])
     try:
-        intent = tmp_path / "intent.yaml"
-        doc = yaml.safe_load((EXAMPLE / "intent.yaml").read_text())
-        doc["inventory"]["path"] = str((EXAMPLE / doc["inventory"]["path"]).resolve())
-        intent.write_text(yaml.safe_dump(doc))
-        args = ["-f", intent, "--kubeconfig", server.kubeconfig, "--state-dir", tmp_path / "state"]
+        _, args = example_on(server, tmp_path)
         res = run_main(capsys, "apply", *args, "--auto-approve")
         assert res.rc == 0, res
         assert custom(server, "topologies", "dc1-gb200", "v1alpha1")["apiVersion"] == "kueue.x-k8s.io/v1alpha1"

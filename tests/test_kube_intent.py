@@ -114,6 +114,15 @@ CASES = {
     "unknown-kubernetes-key": (sub(PREFIX_LINE, PREFIX_LINE + "    labelprefix: x/\n"),
                                ["intent.yaml:23: targets.kubernetes.labelprefix: Additional properties are not "
                                 "allowed ('labelprefix' was unexpected)"]),
+    "quota-nan": (sub("memory: 15Ti", "memory: .nan"),
+                  ["intent.yaml:16: tiers[0].kubernetes.clusterQueue.quotas.memory: nan is not a Kubernetes "
+                   "quantity; expected a whole or decimal number"]),
+    "quota-exponent": (sub("memory: 15Ti", "memory: 1.0e+20"),
+                       ["intent.yaml:16: tiers[0].kubernetes.clusterQueue.quotas.memory: 1e+20 is not a Kubernetes "
+                        "quantity"]),
+    "labelPrefix-reserved": (sub(PREFIX_LINE, "    labelPrefix: node.kubernetes.io/\n"),
+                             ["intent.yaml:22: targets.kubernetes.labelPrefix: node.kubernetes.io/ is reserved for "
+                              "Kubernetes components"]),
 }
 
 
@@ -205,7 +214,7 @@ def test_offline_json_plan_of_the_kubernetes_example(tmp_path):
     kube = doc["kubernetes"]
     assert kube["read"] is False
     assert kube["labelSets"][0] == {"nodes": "gb-r01-n[01-09]", "labels": {
-        "rackctl.dev/nvlink-domain": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "rackctl.dev/rack": "r01",
+        "rackctl.dev/cluster": "dc1-gb200", "rackctl.dev/nvlink-domain": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "rackctl.dev/rack": "r01",
         "rackctl.dev/slice": "r01-s0", "rackctl.dev/tier.train": "true"}}
     assert [s["nodes"] for s in kube["labelSets"]] == ["gb-r01-n[01-09]", "gb-r01-n[10-18]", "gb-r02-n[01-09]",
                                                         "gb-r02-n[10-18]", "gb-r03-n[01-09]", "gb-r03-n[10-18]"]

@@ -75,18 +75,18 @@ def by_kind(kube, kind: str) -> list[dict]:
 
 def test_labels_of_a_train_host(example):
     assert example.node_labels["gb-r01-n01"] == {
-        f"{PREFIX}rack": "r01", f"{PREFIX}slice": "r01-s0", f"{PREFIX}nvlink-domain": R01,
+        f"{PREFIX}cluster": "dc1-gb200", f"{PREFIX}rack": "r01", f"{PREFIX}slice": "r01-s0", f"{PREFIX}nvlink-domain": R01,
         f"{PREFIX}tier.train": "true"}
     assert example.node_labels["gb-r01-n18"][f"{PREFIX}slice"] == "r01-s1"
     assert example.node_labels["gb-r03-n12"] == {
-        f"{PREFIX}rack": "r03", f"{PREFIX}slice": "r03-s1", f"{PREFIX}nvlink-domain": R03,
+        f"{PREFIX}cluster": "dc1-gb200", f"{PREFIX}rack": "r03", f"{PREFIX}slice": "r03-s1", f"{PREFIX}nvlink-domain": R03,
         f"{PREFIX}tier.train": "true"}
 
 
 def test_labels_of_dev_hosts_sliced_by_clique(example):
     # r02 is sliced by NVLink clique: cliques 1 and 2 hold nine trays each
     assert example.node_labels["gb-r02-n03"] == {
-        f"{PREFIX}rack": "r02", f"{PREFIX}slice": "r02-c1", f"{PREFIX}nvlink-domain": R02,
+        f"{PREFIX}cluster": "dc1-gb200", f"{PREFIX}rack": "r02", f"{PREFIX}slice": "r02-c1", f"{PREFIX}nvlink-domain": R02,
         f"{PREFIX}tier.dev": "true"}
     assert example.node_labels["gb-r02-n14"][f"{PREFIX}slice"] == "r02-c2"
     slices = {h: labels[f"{PREFIX}slice"] for h, labels in example.node_labels.items() if h.startswith("gb-r02-")}
@@ -101,7 +101,8 @@ def test_every_placed_tray_is_labelled_once_with_one_tier(example):
         want = f"{PREFIX}tier.dev" if host.startswith("gb-r02-") else f"{PREFIX}tier.train"
         assert tiers == [want], host
         assert labels[f"{PREFIX}rack"] == host[3:6], host
-        assert set(labels) == {f"{PREFIX}rack", f"{PREFIX}slice", f"{PREFIX}nvlink-domain", want}, host
+        assert set(labels) == {f"{PREFIX}cluster", f"{PREFIX}rack", f"{PREFIX}slice", f"{PREFIX}nvlink-domain",
+                               want}, host
 
 
 def test_a_tray_without_a_domain_keeps_its_slices_domain():
@@ -251,7 +252,8 @@ def test_a_custom_prefix_and_defaults(cohort_site):
     _, kube = render(cohort_intent(cohort_site, None))
     prefix = "gpu.example.com/"
     assert kube.label_prefix == prefix
-    assert kube.node_labels["gb-r01-n01"] == {f"{prefix}rack": "r01", f"{prefix}slice": "r01",
+    assert kube.node_labels["gb-r01-n01"] == {f"{prefix}cluster": "cohort-test", f"{prefix}rack": "r01",
+                                              f"{prefix}slice": "r01",
                                               f"{prefix}nvlink-domain": R01, f"{prefix}tier.batch": "true"}
     assert len(kube.node_labels) == 36
     [topology] = by_kind(kube, "Topology")

@@ -2,9 +2,10 @@
 
 What rackctl renders for Kubernetes, from the same slices that become Slurm blocks:
 
-- node labels under the intent's prefix (default ``rackctl.dev/``): ``rack``, ``nvlink-domain``
-  (the NVML fabric cluster UUID), ``slice`` (the block name, ``r01-s0``) and one
-  ``tier.<name>=true`` per tier serving the node. Keys and values follow the Kubernetes label
+- node labels under the intent's prefix (default ``rackctl.dev/``): ``cluster`` (the intent's
+  name: which intent owns the Node, so two intents on one cluster never undo each other),
+  ``rack``, ``nvlink-domain`` (the NVML fabric cluster UUID), ``slice`` (the block name,
+  ``r01-s0``) and one ``tier.<name>=true`` per tier serving the node. Keys and values follow the Kubernetes label
   syntax (``k8s.io/apimachinery`` validation): a value that does not fit is shortened and given a
   hash suffix, so that two different values never meet.
 - one Kueue ``Topology`` whose levels go wide -> narrow: NVLink domain, slice,
@@ -77,13 +78,15 @@ def render_kubernetes(intent: Intent, desired: DesiredSlurm, domain_of: dict[str
     target = intent.kubernetes
     assert target is not None
     prefix = target.label_prefix
+    cluster = label_value(intent.name)
     labels: dict[str, dict[str, str]] = {}
     for block in desired.blocks:
         # A tray that stopped reporting keeps its slice; it is in the slice's domain.
         domain = next((domain_of[h] for h in block.nodes if h in domain_of), None)
         for host in block.nodes:
             node_domain = domain_of.get(host, domain)
-            own = {f"{prefix}rack": label_value(block.rack), f"{prefix}slice": label_value(block.name)}
+            own = {f"{prefix}cluster": cluster, f"{prefix}rack": label_value(block.rack),
+                   f"{prefix}slice": label_value(block.name)}
             if node_domain:
                 own[f"{prefix}nvlink-domain"] = label_value(node_domain)
             labels[host] = own
@@ -92,7 +95,7 @@ def render_kubernetes(intent: Intent, desired: DesiredSlurm, domain_of: dict[str
         for host in p.nodes:
             labels.setdefault(host, {})[key] = "true"
 
-    owner = {MANAGED_BY[0]: MANAGED_BY[1], f"{prefix}cluster": label_value(intent.name)}
+    owner = {MANAGED_BY[0]: MANAGED_BY[1], f"{prefix}cluster": cluster}
     objects: list[KubeObject] = []
     if "Topology" in versions:
         objects.append(_kueue("Topology", versions, target.topology_name, owner, {"levels": [

@@ -30,6 +30,8 @@ FIELD_MANAGER = "rackctl"
 COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
 COMPUTE_DOMAIN_PLURAL = "computedomains"
 APPLY = "application/apply-patch+yaml"
+#: (connect, read) seconds for every request: a stalled API server must fail the run, not hang it.
+REQUEST_TIMEOUT = (10, 120)
 STRATEGIC = "application/strategic-merge-patch+json"
 _PAGE = 500
 
@@ -67,6 +69,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """An ``ApiClient``: ``kubeconfig`` when given, else in-cluster config (a pod's
     ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. Raises ``InputError`` for a
     ``kubeconfig`` that does not exist, else ``TargetError``."""
+    import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -81,19 +84,26 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
             except ConfigException:
                 pass
         return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, OSError, ValueError) as exc:
-        hint = ("check the name against `kubectl config get-contexts`" if context and "context" in str(exc).lower()
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as exc:
+        source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(exc, (ConfigException, OSError)):
+            why = f"not a kubeconfig: {type(exc).__name__}: {why}"
+        hint = ("check the name against `kubectl config get-contexts`" if context and "context" in why.lower()
                 else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount")
-        raise TargetError(f"no usable Kubernetes configuration ({exc})", hint=hint) from None
+        raise TargetError(f"{source}: no usable Kubernetes configuration ({why})", hint=hint) from None
 
 
 class KubeApi:
-    """The requests rackctl makes, over one ``ApiClient``."""
+    """The requests rackctl makes, over one ``ApiClient``. Every request has a timeout
+    (``REQUEST_TIMEOUT``: connect, read seconds) and every answer is checked for the shape
+    rackctl reads; a failure is a ``TargetError`` naming the request and the server."""
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
         self._client = api_client
+        self.server = getattr(api_client.configuration, "host", "") or "the API server"
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._apis = client.ApisApi(api_client)
@@ -101,17 +111,20 @@ class KubeApi:
     # -- discovery --------------------------------------------------------------------------
 
     def served_kinds(self, group: str) -> dict[str, tuple[str, ...]]:
-        """Kind -> versions of ``group`` the server offers (newest listed first by the server's
-        own order), from ``/apis`` and ``/apis/GROUP/VERSION``; empty when the group is absent."""
-        groups = _call("discover API groups", lambda: _raw(self._apis.get_api_versions(_preload_content=False)))
-        versions = next((tuple(v["version"] for v in g.get("versions", []))
-                         for g in groups.get("groups", []) if g.get("name") == group), ())
+        """Kind -> versions of ``group`` the server offers, from ``/apis`` and
+        ``/apis/GROUP/VERSION``; empty when the group is absent."""
+        groups = self._json("discover API groups", lambda: self._apis.get_api_versions(
+            _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+        entries = _list_of(groups.get("groups"), "discover API groups: groups", self.server)
+        versions = next((tuple(v.get("version") for v in g.get("versions") or [] if isinstance(v, dict))
+                         for g in entries if g.get("name") == group), ())
         kinds: dict[str, list[str]] = {}
         for version in versions:
-            doc = _call(f"discover {group}/{version}", lambda v=version: _raw(
-                self._custom.get_api_resources(group, v, _preload_content=False)))
-            for r in doc.get("resources", []):
-                if "/" not in r.get("name", ""):
+            what = f"discover {group}/{version}"
+            doc = self._json(what, lambda v=version: self._custom.get_api_resources(
+                group, v, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+            for r in _list_of(doc.get("resources"), f"{what}: resources", self.server):
+                if isinstance(r.get("name"), str) and "/" not in r["name"] and isinstance(r.get("kind"), str):
                     kinds.setdefault(r["kind"], []).append(version)
         return {k: tuple(v) for k, v in kinds.items()}
 
@@ -129,17 +142,12 @@ class KubeApi:
 
     def get(self, obj: KubeObject) -> dict[str, Any] | None:
         """The live object at ``obj``'s name, or None when there is none."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            return _raw(self._custom.get_cluster_custom_object(obj.group, obj.version, obj.plural, obj.name,
-                                                               _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _error(f"get {obj.address}", exc) from None
-        except Exception as exc:  # connection errors
-            raise _error(f"get {obj.address}", exc) from None
+            return self._json(f"get {obj.address}", lambda: self._custom.get_cluster_custom_object(
+                obj.group, obj.version, obj.plural, obj.name, _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT), missing_ok=True)
+        except _Missing:
+            return None
 
     def list_compute_domains(self, version: str) -> list[dict[str, Any]]:
         """Every ComputeDomain in every namespace."""
@@ -147,80 +155,120 @@ class KubeApi:
             COMPUTE_DOMAIN_GROUP, version, COMPUTE_DOMAIN_PLURAL, _preload_content=False, **kw)))
 
     def _pages(self, what: str, call: Callable[..., Any]) -> Iterator[dict[str, Any]]:
-        token = None
+        token, seen = None, set()
         while True:
-            kwargs: dict[str, Any] = {"limit": _PAGE}
+            kwargs: dict[str, Any] = {"limit": _PAGE, "_request_timeout": REQUEST_TIMEOUT}
             if token:
                 kwargs["_continue"] = token
-            doc = _call(what, lambda: _raw(call(**kwargs)))
-            yield from doc.get("items") or []
-            token = (doc.get("metadata") or {}).get("continue")
+            doc = self._json(what, lambda: call(**kwargs))
+            # A list answer always holds an items list; anything else (a Status, null) is a
+            # failed read, never an empty cluster.
+            for item in _list_of(doc.get("items"), f"{what}: items", self.server):
+                yield item
+            token = (doc.get("metadata") or {}).get("continue") if isinstance(doc.get("metadata"), dict) else None
             if not token:
                 return
+            if not isinstance(token, str) or token in seen:
+                raise TargetError(f"kubernetes: {what}: {self.server} repeated a continue token; the list never ends")
+            seen.add(token)
 
     # -- writes -----------------------------------------------------------------------------
 
     def apply(self, obj: KubeObject, *, dry_run: bool, force: bool) -> dict[str, Any]:
         """Server-side apply of ``obj`` as field manager ``rackctl``; returns the resulting object."""
         kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "_content_type": APPLY,
-                                  "_preload_content": False}
+                                  "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
         if force:
             kwargs["force"] = True
         if dry_run:
             kwargs["dry_run"] = "All"
-        return _call(("dry-run apply " if dry_run else "apply ") + obj.address, lambda: _raw(
-            self._custom.patch_cluster_custom_object(obj.group, obj.version, obj.plural, obj.name, obj.body,
-                                                     **kwargs)))
+        return self._json(("dry-run apply " if dry_run else "apply ") + obj.address, lambda:
+                          self._custom.patch_cluster_custom_object(obj.group, obj.version, obj.plural, obj.name,
+                                                                   obj.body, **kwargs))
 
     def delete(self, obj: KubeObject, *, dry_run: bool) -> None:
         """Delete ``obj`` (already gone is fine)."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            self._custom.delete_cluster_custom_object(obj.group, obj.version, obj.plural, obj.name,
-                                                      dry_run="All" if dry_run else None, _preload_content=False)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _error(f"delete {obj.address}", exc) from None
-        except Exception as exc:
-            raise _error(f"delete {obj.address}", exc) from None
+            self._call(f"delete {obj.address}", lambda: self._custom.delete_cluster_custom_object(
+                obj.group, obj.version, obj.plural, obj.name, dry_run="All" if dry_run else None,
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT), missing_ok=True)
+        except _Missing:
+            pass
 
     def patch_node(self, name: str, body: dict[str, Any]) -> bool:
         """Strategic-merge patch of Node ``name``; False when the Node does not exist (never
         created). Raises ``TargetError`` otherwise, e.g. 409 when ``body`` carries a stale
         ``metadata.resourceVersion``."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            self._core.patch_node(name, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC,
-                                  _preload_content=False)
+            self._call(f"patch Node {name}", lambda: self._core.patch_node(
+                name, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC, _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT), missing_ok=True)
             return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise _error(f"patch Node {name}", exc) from None
+        except _Missing:
+            return False
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
+        try:
+            return fn()
+        except TargetError:
+            raise
         except Exception as exc:
-            raise _error(f"patch Node {name}", exc) from None
+            status = getattr(exc, "status", None)
+            if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
+                raise
+            if status == 404 and missing_ok:
+                raise _Missing() from None
+            raise _error(what, exc, self.server) from None
+
+    def _json(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> dict[str, Any]:
+        response = self._call(what, fn, missing_ok=missing_ok)
+        data = response.data if hasattr(response, "data") else response
+        try:
+            doc = json.loads(data)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise TargetError(f"kubernetes: {what}: {self.server} answered with something that is not JSON "
+                              f"({type(exc).__name__})") from None
+        if not isinstance(doc, dict):
+            raise TargetError(f"kubernetes: {what}: {self.server} answered with a JSON {type(doc).__name__}, "
+                              "not an object")
+        return doc
 
 
-def read_live(api: KubeApi, desired_objects: list[KubeObject], owner_selector: str, label_prefix: str,
+class _Missing(Exception):
+    """A 404 where absence is an answer (get, delete, patch of a vanished Node)."""
+
+
+def _list_of(value: Any, what: str, server: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TargetError(f"kubernetes: {what}: {server} answered without a list of objects")
+    return value
+
+
+def read_live(api: KubeApi, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
               cordon_annotation: str) -> LiveKubernetes:
     """Read what rackctl compares: Kueue versions served, every Node (rackctl's labels only),
-    rackctl's objects of every Kueue kind served, desired objects that exist unowned, and the
-    ComputeDomains when their API is served. Raises ``TargetError``."""
+    rackctl's objects of every Kueue kind served (listed by ``owner_labels`` and checked here
+    too: a server that ignored the selector must not make others' objects look owned), desired
+    objects that exist unowned, and the ComputeDomains when their API is served. Raises
+    ``TargetError``."""
     served = api.served_kinds(KUEUE_GROUP)
     nodes = {}
     for doc in api.list_nodes():
-        node = parse_node(doc, label_prefix, cordon_annotation)
+        node = parse_node(doc, label_prefix, cordon_annotation, api.server)
         nodes[node.name] = node
     objects: dict[str, dict[str, Any]] = {}
     versions_used = {o.kind: o.version for o in desired_objects}
+    selector = ",".join(f"{k}={v}" for k, v in owner_labels.items())
     for kind, versions in served.items():
         if kind not in KUEUE_KINDS:
             continue
         version = versions_used.get(kind) or next(v for v in KUEUE_KINDS[kind][1] + versions if v in versions)
-        for doc in api.list_owned(kind, version, owner_selector):
-            objects[f"kubernetes/{kind}/{doc['metadata']['name']}"] = doc
+        for doc in api.list_owned(kind, version, selector):
+            meta = doc.get("metadata")
+            if isinstance(meta, dict) and isinstance(meta.get("name"), str) and owned(doc, owner_labels):
+                objects[f"kubernetes/{kind}/{meta['name']}"] = doc
     unowned = {}
     for obj in desired_objects:
         if obj.address not in objects:
@@ -234,55 +282,74 @@ def read_live(api: KubeApi, desired_objects: list[KubeObject], owner_selector: s
     return LiveKubernetes(served, nodes, objects, unowned, domains)
 
 
-def parse_node(doc: dict[str, Any], label_prefix: str, cordon_annotation: str) -> LiveNode:
-    """A Node document -> ``LiveNode``. Raises ``TargetError`` for a document without a name."""
-    meta = doc.get("metadata") or {}
-    name = meta.get("name")
+def owned(doc: dict[str, Any], owner_labels: dict[str, str]) -> bool:
+    """Whether ``doc`` carries every one of ``owner_labels``."""
+    labels = (doc.get("metadata") or {}).get("labels")
+    return isinstance(labels, dict) and all(labels.get(k) == v for k, v in owner_labels.items())
+
+
+def parse_node(doc: dict[str, Any], label_prefix: str, cordon_annotation: str, server: str = "the API server"
+               ) -> LiveNode:
+    """A Node document -> ``LiveNode`` (labels: rackctl's keys only, ``is_rackctl_label``).
+    Raises ``TargetError`` naming the Node and field for a document of the wrong shape."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
     if not isinstance(name, str) or not name:
-        raise TargetError("the API server returned a Node without metadata.name")
-    spec, status = doc.get("spec") or {}, doc.get("status") or {}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith(label_prefix)}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return LiveNode(name, labels, bool(spec.get("unschedulable")), tuple(spec.get("taints") or ()), ready,
-                    str(meta.get("resourceVersion", "")),
-                    (meta.get("annotations") or {}).get(cordon_annotation, ""))
+        raise TargetError(f"kubernetes: list Nodes: {server} returned a Node without metadata.name")
+
+    def field_of(parent: Any, key: str, kind: type, where: str) -> Any:
+        value = parent.get(key) if isinstance(parent, dict) else None
+        if value is None:
+            return kind()
+        if not isinstance(value, kind):
+            raise TargetError(f"kubernetes: Node {name}: {where} is a {type(value).__name__}, expected a "
+                              f"{kind.__name__} (from {server})")
+        return value
+
+    spec, status = field_of(doc, "spec", dict, "spec"), field_of(doc, "status", dict, "status")
+    all_labels = field_of(meta, "labels", dict, "metadata.labels")
+    annotations = field_of(meta, "annotations", dict, "metadata.annotations")
+    taints = field_of(spec, "taints", list, "spec.taints")
+    conditions = field_of(status, "conditions", list, "status.conditions")
+    if not all(isinstance(t, dict) for t in taints) or not all(isinstance(c, dict) for c in conditions):
+        raise TargetError(f"kubernetes: Node {name}: spec.taints and status.conditions must be lists of objects "
+                          f"(from {server})")
+    labels = {k: v for k, v in all_labels.items() if is_rackctl_label(k, label_prefix) and isinstance(v, str)}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    reason = annotations.get(cordon_annotation, "")
+    return LiveNode(name, labels, spec.get("unschedulable") is True, tuple(taints), ready,
+                    str(meta.get("resourceVersion", "")), reason if isinstance(reason, str) else "")
 
 
-def _raw(response: Any) -> dict[str, Any]:
-    data = response.data if hasattr(response, "data") else response
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise TargetError(f"the API server answered with something that is not JSON ({exc})") from None
+#: The Node label names rackctl renders under its prefix (``tier.<name>`` for tiers).
+NODE_LABELS = ("cluster", "rack", "nvlink-domain", "slice")
 
 
-def _call(what: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except TargetError:
-        raise
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
-            raise
-        raise _error(what, exc) from None
+def is_rackctl_label(key: str, prefix: str) -> bool:
+    """Whether ``key`` is one of the Node labels rackctl renders (and so may change or remove):
+    only these, never another key that happens to share the prefix."""
+    if not key.startswith(prefix):
+        return False
+    name = key[len(prefix):]
+    return name in NODE_LABELS or (name.startswith("tier.") and len(name) > 5)
 
 
-def _error(what: str, exc: Exception) -> TargetError:
+def _error(what: str, exc: Exception, server: str) -> TargetError:
     """One line for a failed request: the status and the server's own message."""
     status = getattr(exc, "status", None)
     if status is None:
-        return TargetError(f"kubernetes: {what}: cannot reach the API server ({type(exc).__name__})",
+        return TargetError(f"kubernetes: {what}: cannot reach {server} ({type(exc).__name__})",
                            hint="check the kubeconfig's server address and the network")
     message, causes = getattr(exc, "reason", "") or "", []
     try:
         doc = json.loads(getattr(exc, "body", "") or "{}")
         message = doc.get("message") or message
         causes = [c.get("message", "") for c in (doc.get("details") or {}).get("causes") or []]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         pass
     hint = {401: "the credentials were refused", 403: "rackctl's account lacks a permission (see "
-            "examples/kubernetes/reconciler-rbac.yaml)", 409: "another field manager owns these fields: pass --force-conflicts to take "
-            "them over, or resolve the conflict" if "conflict" in message.lower() else None}.get(status)
-    detail = f" ({'; '.join(c for c in causes if c)})" if any(causes) and status == 409 else ""
-    return TargetError(f"kubernetes: {what}: HTTP {status}: {message}{detail}", hint=hint)
+            "examples/kubernetes/reconciler-rbac.yaml)", 409: "another field manager owns these fields: pass "
+            "--force-conflicts to take them over, or resolve the conflict" if "conflict" in str(message).lower()
+            else None}.get(status)
+    detail = f" ({'; '.join(str(c) for c in causes if c)})" if any(causes) and status == 409 else ""
+    return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {message}{detail}", hint=hint)

@@ -1,0 +1,81 @@
+"""Helpers for tests that run rackctl against the fake Kubernetes API server (``fakekube``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clihelp import EXAMPLES_DIR
+from fakekube import CRD_DIR, FakeKube
+from reconciler.inventory.store import load_inventory
+
+EXAMPLE = EXAMPLES_DIR / "dc1-gb200-kubernetes"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+PREFIX = "rackctl.dev/"
+
+
+def node(name: str, labels: dict[str, str] | None = None, ready: bool = True) -> dict:
+    """A Node as a kubelet registers it."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def hosts_of(inventory: Path) -> list[str]:
+    return [n["hostname"] for n in load_inventory(inventory)]
+
+
+@pytest.fixture
+def kube(tmp_path):  # imported by the test modules that use it
+    """A fake API server serving Kueue v1beta1+v1beta2 and ComputeDomains; stopped by PID."""
+    server = FakeKube(tmp_path / "kube", crds=[CRD_DIR / "kueue-v1beta2.yaml", CRD_DIR / "computedomains.yaml"])
+    yield server
+    server.stop()
+
+
+def example_on(kube, tmp_path: Path, **node_labels: str) -> tuple[Path, list]:
+    """The example's intent copied into ``tmp_path`` (inventory path made absolute), a Node
+    registered for each of its trays, and the common CLI arguments."""
+    intent = tmp_path / "intent.yaml"
+    doc = yaml.safe_load((EXAMPLE / "intent.yaml").read_text())
+    doc["inventory"]["path"] = str((EXAMPLE / doc["inventory"]["path"]).resolve())
+    intent.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for h in hosts_of(Path(doc["inventory"]["path"])):
+        kube.seed(node(h, node_labels))
+    return intent, ["-f", intent, "--kubeconfig", kube.kubeconfig, "--state-dir", tmp_path / "state"]
+
+
+@pytest.fixture
+def cluster(kube, tmp_path):
+    """The example on the fake server, its Nodes labelled team=ml-infra (a label not rackctl's)."""
+    return example_on(kube, tmp_path, team="ml-infra")
+
+
+def writes(kube) -> list[dict]:
+    return [r for r in kube.requests() if r["method"] in WRITES and not r["dryRun"]]
+
+
+def dry_runs(kube) -> list[dict]:
+    return [r for r in kube.requests() if r["dryRun"]]
+
+
+def get_node(kube, name: str) -> dict:
+    from kubernetes import client
+
+    return client.CoreV1Api(kube.api_client()).read_node(name).to_dict()
+
+
+def custom(kube, plural: str, name: str, version: str = "v1beta2") -> dict | None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return client.CustomObjectsApi(kube.api_client()).get_cluster_custom_object(
+            "kueue.x-k8s.io", version, plural, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
