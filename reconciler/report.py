@@ -16,6 +16,9 @@ _MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!",
 MAX_NODE_LINES = 50
 _NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
                 "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
+#: The same rows in Kubernetes' words, when Kubernetes is the only target.
+_KUBE_NODE_ACTION = {**_NODE_ACTION, "drain": "taint/cordon", "resume": "release", "pending-drain":
+                     "taint/cordon later", "pending-resume": "release later", "drained": "already tainted/cordoned"}
 
 
 def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
@@ -138,7 +141,7 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Node states:")
         for s in plan.node_states:
             note = f" [{s['note']}]" if s.get("note") else ""
-            out.append(f"  {_NODE_ACTION[s['action']]}: {s['node']} (slice {s['slice']}): {_oneline(s['reason'])}"
+            out.append(f"  {_node_action(plan, s['action'])}: {s['node']} (slice {s['slice']}): {_oneline(s['reason'])}"
                        f"{_oneline(note)}")
         out.append("")
     for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
@@ -149,6 +152,10 @@ def _text(plan: Plan, command: str) -> str:
             out.append("")
     out.append(summary_line(plan))
     return "\n".join(out) + "\n"
+
+
+def _node_action(plan: Plan, action: str) -> str:
+    return (_NODE_ACTION if plan.target is not None else _KUBE_NODE_ACTION)[action]
 
 
 def _oneline(text: str) -> str:
@@ -198,7 +205,7 @@ def _markdown(plan: Plan, command: str) -> str:
         out += ["#### Kubernetes", "", "```"] + _kube_text(plan)[1:-1] + ["```", ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
-        out += [f"| `{s['node']}` | {_NODE_ACTION[s['action']]} | {s['reason']} | {s.get('note', '')} |"
+        out += [f"| `{s['node']}` | {_node_action(plan, s['action'])} | {s['reason']} | {s.get('note', '')} |"
                 for s in plan.node_states]
         out.append("")
     if plan.controller is not None:
