@@ -90,24 +90,24 @@ NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 
 
-def subdomain_problems(value: str) -> list[str]:
+def _syntax_problems(value: str, limit: int, regex: str, what: str) -> list[str]:
+    """The two checks every name rule has: a length limit and a pattern."""
     out = []
-    if len(value) > 253:
-        out.append("must be no more than 253 characters")
-    if not re.fullmatch(DNS_SUBDOMAIN, value):
-        out.append("a lowercase RFC 1123 subdomain: lower-case alphanumerics, '-' or '.', "
-                   f"starting and ending alphanumeric (regex '{DNS_SUBDOMAIN}')")
+    if len(value) > limit:
+        out.append(f"must be no more than {limit} characters")
+    if not re.fullmatch(regex, value):
+        out.append(f"{what} (regex '{regex}')")
     return out
+
+
+def subdomain_problems(value: str) -> list[str]:
+    return _syntax_problems(value, 253, DNS_SUBDOMAIN, "a lowercase RFC 1123 subdomain: lower-case "
+                            "alphanumerics, '-' or '.', starting and ending alphanumeric")
 
 
 def dns_label_problems(value: str) -> list[str]:
-    out = []
-    if len(value) > 63:
-        out.append("must be no more than 63 characters")
-    if not re.fullmatch(DNS_LABEL, value):
-        out.append("a lowercase RFC 1123 label: lower-case alphanumerics or '-', starting and "
-                   f"ending alphanumeric (regex '{DNS_LABEL}')")
-    return out
+    return _syntax_problems(value, 63, DNS_LABEL, "a lowercase RFC 1123 label: lower-case alphanumerics or "
+                            "'-', starting and ending alphanumeric")
 
 
 def qualified_name_problems(key: str) -> list[str]:
@@ -127,25 +127,15 @@ def qualified_name_problems(key: str) -> list[str]:
                 f"name matching '{NAME_PART}' (e.g. 'example.com/MyName')"]
     if not name:
         return ["name part must be non-empty"]
-    out = []
-    if len(name) > 63:
-        out.append("name part must be no more than 63 characters")
-    if not re.fullmatch(NAME_PART, name):
-        out.append("name part: alphanumerics, '-', '_' or '.', starting and ending alphanumeric "
-                   f"(regex '{NAME_PART}')")
-    return out
+    return ["name part " + p for p in _syntax_problems(
+        name, 63, NAME_PART, "alphanumerics, '-', '_' or '.', starting and ending alphanumeric")]
 
 
 def label_value_problems(value) -> list[str]:
     if not isinstance(value, str):
         return ["must be a string"]
-    out = []
-    if len(value) > 63:
-        out.append("must be no more than 63 characters")
-    if not re.fullmatch(LABEL_VALUE, value):
-        out.append("a label value is empty or alphanumerics, '-', '_' or '.', starting and ending "
-                   f"alphanumeric (regex '{LABEL_VALUE}')")
-    return out
+    return _syntax_problems(value, 63, LABEL_VALUE, "a label value is empty or alphanumerics, '-', '_' or '.', "
+                            "starting and ending alphanumeric")
 
 
 def validate_metadata(meta: dict, *, name_rule: str = "subdomain") -> list[FieldError]:
