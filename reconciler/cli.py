@@ -9,14 +9,16 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, collectcmd, controllercheck, hostlist, kubesync, pipeline, report, verifycmd
+from . import __version__, collectcmd, controllercheck, hostlist, kubesync, pipeline, report, savedplan, verifycmd, viewcmd
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
+from .importcmd import add_import_parser
 from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
 from .inventory.store import check_node, write_inventory
 from .nodestates import RESLICE_REASON
 from .plan import FORMAT_VERSION
+from .reconcilecmd import add_reconcile_parser
 from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
@@ -30,11 +32,16 @@ EPILOG = """exit codes:
   inventory  0 written, 1 error (nothing written)
   discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
   plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
-  apply      0 success, 1 failure
+  apply      0 success, 1 failure (incl. a saved --plan refused as stale: nothing written)
   drift      0 none, 2 drift (managed files, Node labels or owned objects differ, or hardware findings), 1 error
   simulate   0 written, 1 error (nothing written)
   collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
   verify     0 every placement probe passed (or not placeable because of drained trays), 1 a probe failed or error
+  import     0 intent written (what it cannot express listed as warnings), 1 error (nothing written)
+  report     0 written, 1 error (or error diagnostics: the page is still written)
+  status     0 shown, 1 error (or error diagnostics: the table is still shown)
+  reconcile  0 pass done (ok, changed, or drift in plan-only mode), 2 drift with --fail-on-drift, 1 pass failed
+  history    0 shown, 1 error
   a usage error (unknown or missing option) exits 1 on every command
 """
 
@@ -148,34 +155,23 @@ def _parser() -> argparse.ArgumentParser:
 
     collectcmd.add_collect_parser(sub, _sub)
     verifycmd.add_verify_parser(sub, _sub)
+    add_import_parser(sub, _sub)
+    viewcmd.add_view_parsers(sub, add_run_options)
+    add_reconcile_parser(sub, _sub)
 
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload; label Nodes and apply the Kueue "
                                "objects (server-side apply)", cmd_apply),
                               ("drift", "report drift of managed files, Kubernetes objects and hardware", cmd_drift)):
         c = _sub(sub, name, help_)
-        c.add_argument("-f", "--file", required=True, metavar="INTENT")
-        c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
-        c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
-        c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
-                       "both targets, health history); default $XDG_STATE_HOME/rackctl")
-        c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol) "
-                       "or the Kubernetes API server: plan from the files alone; node drains are listed, not "
-                       "applied; Kubernetes objects are rendered into the JSON plan, not compared")
-        c.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the Kubernetes target (default: "
-                       "in-cluster config, else $KUBECONFIG or ~/.kube/config)")
-        c.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
-        c.add_argument("--force-conflicts", action="store_true", help="server-side apply (and its dry-run in "
-                       "plan/drift) takes over fields another field manager owns (default: a conflict is an error)")
-        c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
-                       "label when the desired Kubernetes state is empty (default: refused, an error)")
+        add_run_options(c, apply=name == "apply")
         if name == "apply":
-            c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
-            c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
-                           "drain them now and apply the re-slice on a later pass, once they are idle")
             c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
-            c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
-                           "older than inventory.maxAge, skewed, or missing more than inventory.maxMissingShare")
+            c.add_argument("--plan", metavar="PLANFILE", help="apply exactly this saved plan (`plan --out`), without "
+                           "asking: refused, nothing written, when the intent, inventory, live state or rackctl "
+                           "version changed since it was made (it is stale after it is applied). As in Terraform, "
+                           "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
+                           "--force-conflicts, --prune-empty and --drain-first are refused with it")
         else:
             c.add_argument("--format", choices=("text", "json", "markdown"), default="text")
             c.add_argument("--show-users", action="store_true", help="name the owners of running jobs in the plan")
@@ -197,6 +193,32 @@ class _ArgumentParser(argparse.ArgumentParser):
 def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help_, description=help_, epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
+    """The options of a run (``plan``, ``drift``, ``apply``, ``reconcile``); ``apply``: also those
+    that only matter when writing (``apply``, ``reconcile``)."""
+    c.add_argument("-f", "--file", required=True, metavar="INTENT")
+    c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
+    c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
+    c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
+                   "both targets, health history); default $XDG_STATE_HOME/rackctl")
+    c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol) "
+                   "or the Kubernetes API server: plan from the files alone; node drains are listed, not "
+                   "applied; Kubernetes objects are rendered into the JSON plan, not compared")
+    c.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the Kubernetes target (default: "
+                   "in-cluster config, else $KUBECONFIG or ~/.kube/config)")
+    c.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+    c.add_argument("--force-conflicts", action="store_true", help="server-side apply (and its dry-run in "
+                   "plan/drift) takes over fields another field manager owns (default: a conflict is an error)")
+    c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
+                   "label when the desired Kubernetes state is empty (default: refused, an error)")
+    if apply:
+        c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
+        c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
+                       "drain them now and apply the re-slice on a later pass, once they are idle")
+        c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
+                       "older than inventory.maxAge, skewed, or missing more than inventory.maxMissingShare")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -319,47 +341,65 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    if args.drain_first and args.offline:
-        raise InputError("--drain-first needs the running controller to see busy trays; drop --offline",
-                         field="--drain-first")
+    saved = savedplan.load_for_apply(args) if args.plan is not None else None
     intent = _intent(args)
-    if args.offline and not intent.slurm_enabled:
-        raise InputError("apply --offline has nothing to write: the Kubernetes target is written through its "
-                         "API server", field="--offline", hint="use plan --offline to review the rendered objects")
+    check_apply_options(args, intent)
     state = _state(args, intent)
     kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
         run = pipeline.compute(intent, state, offline=args.offline, kube=kube)
-        plan = run.plan
-        if plan.has_errors:
-            sys.stdout.write(report.render(plan, "text"))
-            print("error: the plan has errors; nothing was applied", file=sys.stderr)
-            return EXIT_ERROR
-        if plan.stale_inventory and not args.allow_stale_inventory:
-            sys.stdout.write(report.render(plan, "text"))
-            print("error: the inventory is stale or incomplete (see above); nothing was applied", file=sys.stderr)
-            print("  hint: re-collect the reports, or pass --allow-stale-inventory to apply anyway", file=sys.stderr)
-            return EXIT_ERROR
-        busy = plan.controller.busy if plan.controller is not None and plan.file_changes else []
-        if busy:
-            return _busy_reslice(args, run, busy)
-        if not plan.has_changes:
-            _count_pass(run)
-            reloaded = ", nothing reloaded" if intent.slurm_enabled else ""
-            print(f"No changes. {_no_changes(run)}; nothing written{reloaded}.")
-            _print_pending(plan)
-            return EXIT_OK
+        if saved is not None:
+            savedplan.check_current(saved, run.plan)
+        return apply_run(args, run, kube, saved=saved)
+
+
+def check_apply_options(args: argparse.Namespace, intent: Intent) -> None:
+    """Refuse apply options that cannot work together with this intent (``InputError``)."""
+    if args.drain_first and args.offline:
+        raise InputError("--drain-first needs the running controller to see busy trays; drop --offline",
+                         field="--drain-first")
+    if args.offline and not intent.slurm_enabled:
+        raise InputError("apply --offline has nothing to write: the Kubernetes target is written through its "
+                         "API server", field="--offline", hint="use plan --offline to review the rendered objects")
+
+
+def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOptions, *,
+              saved: savedplan.SavedPlan | None = None) -> int:
+    """Apply a computed run; the caller holds the state dir's lock. Returns 0 (applied, nothing to
+    do, or a re-slice deferred by ``--drain-first``) or 1 (cancelled at the prompt); raises
+    ``RackctlError`` when the plan is refused (errors, stale inventory, busy re-slice) or a write
+    fails. ``saved``: the saved plan being applied (asks no confirmation)."""
+    plan, intent = run.plan, run.intent
+    if plan.has_errors:
+        sys.stdout.write(report.render(plan, "text"))
+        raise RackctlError("the plan has errors; nothing was applied")
+    if plan.stale_inventory and not args.allow_stale_inventory:
+        sys.stdout.write(report.render(plan, "text"))
+        raise RackctlError("the inventory is stale or incomplete (see above); nothing was applied",
+                           hint="re-collect the reports, or pass --allow-stale-inventory to apply anyway")
+    busy = plan.controller.busy if plan.controller is not None and plan.file_changes else []
+    if busy:
+        return _busy_reslice(args, run, busy)
+    if not plan.has_changes:
+        _count_pass(run)
+        reloaded = ", nothing reloaded" if intent.slurm_enabled else ""
+        print(f"No changes. {_no_changes(run)}; nothing written{reloaded}.")
+        _print_pending(plan)
+        return EXIT_OK
+    if saved is not None:  # approving the saved plan was the review
+        print(f"Applying the saved plan {saved.name}: the intent, inventory and live state are as it recorded.")
+    else:
         sys.stdout.write(report.render(plan, "text"))
         if not args.auto_approve and not _confirm():
             print("Apply cancelled; nothing written.", file=sys.stderr)
             return EXIT_ERROR
-        if intent.slurm_enabled:
-            _apply_slurm(args, run)
-        if run.kube is not None and run.kube.read:
-            _apply_kubernetes(run, kube)
-        elif run.kube is not None and plan.kubernetes_changes:
-            print("Kubernetes: the changes above were listed, not applied (--offline).")
-        _count_pass(run)
+    if intent.slurm_enabled:
+        _apply_slurm(args, run)
+    if run.kube is not None and run.kube.read:
+        _apply_kubernetes(run, kube)
+    elif run.kube is not None and plan.kubernetes_changes:
+        print("Kubernetes: the changes above were listed, not applied (--offline).")
+    _count_pass(run)
     _print_pending(plan)
     return EXIT_OK
 
@@ -463,10 +503,8 @@ def _busy_reslice(args: argparse.Namespace, run: pipeline.Run, busy: list[dict])
     what = f"{len(hosts)} tray(s) with running jobs would change block: {hostlist.compress(hosts)} (jobs {', '.join(map(str, jobs))})"
     if not args.drain_first:
         sys.stdout.write(report.render(plan, "text"))
-        print(f"error: {what}; nothing was applied", file=sys.stderr)
-        print("  hint: wait for the jobs, or pass --drain-first to drain these trays now and apply the re-slice "
-              "on a later pass when they are idle", file=sys.stderr)
-        return EXIT_ERROR
+        raise RackctlError(f"{what}; nothing was applied", hint="wait for the jobs, or pass --drain-first to drain "
+                           "these trays now and apply the re-slice on a later pass when they are idle")
     assert ctl is not None
     todo = [h for h in hosts if not ctl.nodes[h].drained] if all(h in ctl.nodes for h in hosts) else hosts
     if todo:

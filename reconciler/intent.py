@@ -9,6 +9,7 @@ returns a frozen ``Intent``. Every error names the file, line and field.
 from __future__ import annotations
 
 import functools
+import hashlib
 import ipaddress
 import math
 import re
@@ -18,7 +19,7 @@ from typing import Any
 
 from . import hostlist, schemas
 from .errors import InputError
-from .yamlsource import SourceMap, load_yaml
+from .yamlsource import MAX_YAML_BYTES, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
                 "gpu-disagreement", "not-reporting")
@@ -213,6 +214,7 @@ class Intent:
     source: SourceMap
     slurm_enabled: bool = True
     kubernetes: KubernetesTarget | None = None
+    digest: str = ""  # sha256:<hex> of the intent file's text as read (what a saved plan was made from)
 
     def rack(self, name: str) -> Rack | None:
         """The rack named ``name``, or None."""
@@ -223,22 +225,25 @@ class Intent:
         return {r.name: r for r in self.racks}
 
 
-def load_intent(path: str | Path) -> Intent:
-    """Load and validate an intent file.
+def load_intent(path: str | Path, *, text: str | None = None) -> Intent:
+    """Load and validate an intent file; ``text``: its YAML when it is not (yet) on disk at
+    ``path`` (``rackctl import`` checks an intent before writing it).
 
     Raises ``InputError`` (file:line: field: message) for YAML errors, schema violations and
     every rule in this module's docstring.
     """
     path = Path(path)
-    data, smap = load_yaml(path, what="intent file")
+    if text is None:
+        text = read_text(path, what="intent file", max_bytes=MAX_YAML_BYTES)
+    data, smap = load_yaml_text(text, name=display_path(path), what="intent file")
     if not isinstance(data, dict):
         raise InputError("an intent must be a YAML mapping with apiVersion, kind, metadata, racks",
                          file=smap.file, line=1)
     schemas.check("intent", data, locate=smap.error)
-    return _build(path.resolve(), data, smap)
+    return _build(path.resolve(), data, smap, "sha256:" + hashlib.sha256(text.encode()).hexdigest())
 
 
-def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
+def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> Intent:
     base = path.parent
     defaults = data.get("defaults", {})
     default_trays = defaults.get("trays", DEFAULT_TRAYS)
@@ -335,6 +340,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap) -> Intent:
         source=smap,
         slurm_enabled=slurm_enabled,
         kubernetes=kubernetes,
+        digest=digest,
     )
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)

@@ -9,7 +9,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import controllercheck, freshness, imexcheck, kubesync
+from . import controllercheck, freshness, imexcheck, kubesync, provenance
 from .diagnostics import INFO, SEVERITIES, Diagnostic
 from .errors import InputError
 from .fabric import Fabric, build_fabric
@@ -80,7 +80,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         raise InputError(f"{intent.slurm.config_dir}: per-job IMEX puts this path into PrologSlurmctld=, which "
                          "cannot hold spaces or shell characters; expected letters, digits and _ . / -",
                          file=intent.source.file, field="targets.slurm.configDir")
-    nodes = load_inventory(intent.inventory_path)
+    inventory = provenance.Digest()
+    nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()))
     fabric = build_fabric(nodes)
     if intent.slurm_enabled:
         live = slurm_target.read_live(intent)
@@ -112,7 +113,15 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
-    plan = build_plan(intent, desired, files, live, record, diags, node_plan, view)
+    source = provenance.Provenance(
+        intent.digest, inventory.value(),
+        provenance.slurm_files(live) if intent.slurm_enabled else None,
+        provenance.slurm_controller(ctl, view, intent.slurm.config_dir) if intent.slurm_enabled else None,
+        provenance.kubernetes(kpass.live) if kpass is not None else None,
+        provenance.PlannedWith(provenance.where(intent.inventory_path, intent.path),
+                               provenance.where(intent.slurm.config_dir, intent.path) if intent.slurm_enabled else None,
+                               offline, kube.force_conflicts, kube.prune_empty))
+    plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view)
     plan.drift += imex_drift
     plan.show_users = show_users
     if kpass is not None:

@@ -18,6 +18,7 @@ from .freshness import STALE_CODES
 from .intent import Intent
 from .nodestates import NodePlan
 from .planner import DesiredSlurm
+from .provenance import Provenance
 from .render.slurm import partition_options
 from .statedir import AppliedRecord, digest
 from .targets.slurm import LiveSlurm, parse_blocks, parse_partitions, parse_settings
@@ -69,6 +70,7 @@ class Plan:
     drift: list[dict[str, str]]
     node_states: list[dict[str, str]]
     block_sizes: list[int]
+    provenance: Provenance  # what the plan was made from (digests), for a saved plan's staleness check
     diagnostics: list[Diagnostic] = field(default_factory=list)
     node_changes: list[Change] = field(default_factory=list)
     controller_changes: list[Change] = field(default_factory=list)
@@ -131,6 +133,7 @@ class Plan:
         return {
             "format_version": FORMAT_VERSION,
             "rackctl_version": __version__,
+            "provenance": self.provenance.to_json(),
             "cluster": self.cluster,
             "target": self.target,
             "summary": self.summary(),
@@ -146,10 +149,10 @@ class Plan:
 
 def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
                record: AppliedRecord | None, diagnostics: list[Diagnostic], nodes: NodePlan,
-               controller: ControllerView | None = None) -> Plan:
+               provenance: Provenance, controller: ControllerView | None = None) -> Plan:
     """Compare desired files with live ones; explain file changes as block/partition/setting
     changes; add this pass's node drains/resumes and, when the controller was read, a reload for
-    files written but not loaded."""
+    files written but not loaded. ``provenance``: what the run was made from."""
     file_changes: list[Change] = []
     drift: list[dict[str, str]] = []
     causes: dict[str, str] = {}
@@ -197,6 +200,7 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
         drift=drift,
         node_states=[r.to_json() for r in nodes.rows],
         block_sizes=desired.block_sizes,
+        provenance=provenance,
         diagnostics=diagnostics,
         node_changes=node_changes,
         controller_changes=controller_changes,

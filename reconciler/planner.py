@@ -322,8 +322,9 @@ def _slice(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
     return out
 
 
-def _order_key(members: list[str], fabric: Fabric):
-    """Tray index from platform info when every tray has one, else natural hostname order."""
+def tray_order_key(members: list[str], fabric: Fabric):
+    """The sort key of a rack's trays: tray index from platform info when every tray of ``members``
+    has one, else natural hostname order."""
     trays = [fabric.trays.get(h) for h in members]
     if members and all(t is not None and t.tray_index is not None for t in trays):
         return lambda h: (fabric.trays[h].tray_index, hostlist.natural_key(h))
@@ -348,7 +349,7 @@ def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
             keep = [h for h in nodes if h in member_set and h not in placed]
             assigned[sname].extend(keep)
             placed.update(keep)
-    rest = sorted((h for h in members if h not in placed), key=_order_key(members, fabric))
+    rest = sorted((h for h in members if h not in placed), key=tray_order_key(members, fabric))
     for n in names:
         room = size - len(assigned[n])
         assigned[n].extend(rest[:max(room, 0)])

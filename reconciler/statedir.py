@@ -4,11 +4,12 @@ replaced files and the record of what was last applied.
 Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``, else
 ``~/.local/state/rackctl``), one folder per cluster (the intent's ``metadata.name``)::
 
-    <cluster>/lock                  flock(2) lock; holds "PID on HOST" of the holder
+    <cluster>/lock                  flock(2) lock; holds "PID N on HOST since TIME" of the holder
     <cluster>/applied.json          last successful apply (file digests, block layout)
     <cluster>/health.json           per-tray health history for drain/resume damping
     <cluster>/kubernetes.json       what the last Kubernetes apply set (digests per Node and object)
     <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)
+    <cluster>/history.jsonl         one line per `rackctl reconcile` pass (the newest 200 kept; history.py)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import re
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
@@ -175,18 +177,19 @@ class StateDir:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the cluster's apply lock; raise ``TargetError`` naming the holder if taken."""
+        """Hold the cluster's apply lock; raise ``TargetError`` naming the holder (PID, host, since
+        when) if taken."""
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "another process"
+                holder = _lock_holder(fd)
                 raise TargetError(f"state dir {self.path} is locked by {holder}",
-                                  hint="wait for the other apply to finish") from None
+                                  hint="wait for the other apply or reconcile pass to finish") from None
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {now_rfc3339()}\n".encode(), 0)
             try:
                 yield
             finally:
@@ -214,6 +217,17 @@ class StateDir:
         folders = sorted((self.path / "backups").iterdir())
         for old in folders[:-KEEP_BACKUPS]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _lock_holder(fd: int) -> str:
+    """The text the lock's holder wrote ("PID N on HOST since TIME"). It writes it just after
+    taking the lock, so an empty file is read again for a moment before giving up on it."""
+    for _ in range(20):
+        text = os.pread(fd, 256, 0).decode(errors="replace").strip()
+        if text:
+            return text
+        time.sleep(0.01)
+    return "another process"
 
 
 def now_rfc3339() -> str:

@@ -33,6 +33,10 @@ def test_example_plans_follow_the_plan_schema(example, tmp_path):
 
 def test_schema_rejects_an_unknown_action():
     doc = {"format_version": "1", "rackctl_version": "0", "cluster": "c",
+           "provenance": {"intent": "sha256:" + "0" * 64, "inventory": "sha256:" + "1" * 64,
+                          "slurm_files": "sha256:" + "2" * 64, "slurm_controller": "not read", "kubernetes": None,
+                          "planned_with": {"inventory": "inventory", "slurm_config_dir": "slurm", "offline": False,
+                                           "force_conflicts": False, "prune_empty": False}},
            "target": {"kind": "slurm", "version": "24.11", "configDir": "d", "topologyFile": "t",
                       "includeFile": "i"},
            "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},

@@ -11,7 +11,7 @@ import errno
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import hostlist, schemas
 from ..atomicfile import atomic_write, check_target
@@ -25,12 +25,14 @@ MAX_INVENTORY_BYTES = 1024 * 1024 * 1024
 MAX_INT_DIGITS = 4301
 
 
-def load_inventory(path: Path) -> list[dict[str, Any]]:
+def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = None) -> list[dict[str, Any]]:
     """Load every NodeReport under ``path`` (directory or file), validated, in a stable order.
 
     Returns the list of NodeReport dicts (directory: by file name; file: as written).
-    Raises ``InputError`` for a missing path, invalid JSON (with line), a schema violation
-    (with the field) or a hostname reported twice (naming both places).
+    ``on_file(name, text)`` is called with each file's name (without its folder) and text as it
+    is read (a saved plan digests them). Raises ``InputError`` for a missing path, invalid JSON
+    (with line), a schema violation (with the field) or a hostname reported twice (naming both
+    places).
     """
     if not path.exists():
         raise InputError("inventory not found; expected a NodeReport directory or file",
@@ -42,7 +44,7 @@ def load_inventory(path: Path) -> list[dict[str, Any]]:
     where: dict[str, str] = {}
     for f in files:
         name = display_path(f)
-        doc, floats = _read_json(f)
+        doc, floats = _read_json(f, on_file)
         if not isinstance(doc, dict):
             raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "
                              f"[...]}}), got {_json_kind(doc)}", file=name)
@@ -130,9 +132,11 @@ def _check_gpu_indexes(node: dict[str, Any], place: str) -> None:
                              "per GPU", file=place, field=f"gpus[{i}].index")
 
 
-def _read_json(f: Path) -> tuple[Any, bool]:
+def _read_json(f: Path, on_file: Callable[[str, str], None] | None) -> tuple[Any, bool]:
     """The JSON document in ``f`` and whether it holds any float (NodeReports need none)."""
     text = read_text(f, what="NodeReport file", max_bytes=MAX_INVENTORY_BYTES)
+    if on_file is not None:
+        on_file(f.name, text)
     floats = []
 
     def parse_float(literal: str) -> float:

@@ -18,7 +18,7 @@ from . import slurm_controller
 from ..atomicfile import atomic_write
 from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
-from ..intent import Intent
+from ..intent import Intent, SlurmTarget
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
 from ..yamlsource import display_path, load_yaml_text, read_bytes_capped
@@ -27,7 +27,18 @@ RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
 #: Largest managed file, slurm.conf or included file read (bytes).
 MAX_SLURM_FILE_BYTES = 64 * 1024 * 1024
-SITE_KEYS = ("switchtype", "prologflags", "prolog", "epilog", "prologslurmctld", "slurmctldparameters")
+SITE_KEYS = ("switchtype", "prologflags", "prolog", "epilog", "prologslurmctld", "slurmctldparameters",
+             "clustername")
+
+
+@dataclass(frozen=True)
+class PartitionLine:
+    """One ``PartitionName=`` line as written: ``options`` after the name, (key, value) in file
+    order, keys as written (``Nodes`` among them); ``where``: ``file:line``."""
+
+    name: str
+    options: tuple[tuple[str, str], ...]
+    where: str
 
 
 @dataclass
@@ -41,17 +52,24 @@ class LiveSlurm:
     includes: list[str] = field(default_factory=list)
     node_names: set[str] | None = None
     stray_topology_yaml: bool = False
-    #: slurm.conf settings rackctl's per-job IMEX lines interact with: lowercased key ->
-    #: (key, value, "file:line").
+    #: slurm.conf settings rackctl's per-job IMEX lines interact with, and ClusterName: lowercased
+    #: key -> (key, value, "file:line").
     site_settings: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # a topology.yaml beside the managed topology.conf
     stray_topology_conf: bool = False  # a topology.conf beside the managed topology.yaml
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: ``PartitionName=`` lines of slurm.conf and the files it includes (not the include file).
+    partitions: list[PartitionLine] = field(default_factory=list)
 
 
 def read_live(intent: Intent) -> LiveSlurm:
     """Read the managed files and slurm.conf facts. Raises ``TargetError`` on I/O errors other
     than absence (a failed read must never look like "no changes")."""
-    t = intent.slurm
+    return read_config_dir(intent.slurm)
+
+
+def read_config_dir(t: SlurmTarget) -> LiveSlurm:
+    """``read_live`` for a Slurm target alone (``rackctl import`` reads a config dir before any
+    intent exists). Raises ``TargetError`` as ``read_live`` does."""
     cdir = t.config_dir
     live = LiveSlurm(cdir, {})
     if cdir.exists() and not cdir.is_dir():
@@ -111,6 +129,8 @@ def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: Liv
             live.site_settings[key.lower()] = (key, value, f"{display_path(path)}:{line.lineno}")
         if key.lower() == "topologyplugin":
             live.topology_plugin = value
+        elif key.lower() == "partitionname":
+            live.partitions.append(PartitionLine(value, line.pairs[1:], f"{display_path(path)}:{line.lineno}"))
         elif key.lower() == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
             try:
                 live.node_names.update(hostlist.expand(value))

@@ -1,0 +1,68 @@
+"""A live Slurm config (``live.LiveConfig``) and the fabric -> a draft intent: racks and slices
+(``racks``), tiers and the per-job IMEX policy (``tiers``) and the cluster name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import schemas
+from ..diagnostics import Diagnostic
+from ..errors import InputError
+from ..fabric import Fabric
+from .live import LiveConfig
+from .racks import RackDraft, racks
+from .tiers import TierDraft, imex, tiers
+
+_CLUSTER = re.compile(schemas.validator("intent").schema["properties"]["metadata"]["properties"]["name"]["pattern"])
+
+
+@dataclass
+class Draft:
+    """A drafted intent (``maxJobSpan`` is chosen later, by ``check``). ``imex``: the
+    ``targets.slurm.imex`` mapping under per-job IMEX, else None; ``config_dir``: the controller's
+    config dir as the include file names it (per-job IMEX), else None; ``notes``: where the
+    cluster name and IMEX policy came from; ``findings``: what cannot be expressed as live."""
+
+    cfg: LiveConfig
+    name: str
+    racks: list[RackDraft]
+    tiers: list[TierDraft]
+    imex: dict[str, Any] | None
+    config_dir: str | None
+    notes: dict[str, str] = field(default_factory=dict)
+    findings: list[Diagnostic] = field(default_factory=list)
+
+
+def infer(cfg: LiveConfig, fabric: Fabric, *, name: str | None = None, select: str = "auto") -> Draft:
+    """Draft an intent reproducing ``cfg`` on ``fabric`` (``racks`` and ``tiers`` say how).
+
+    Raises ``InputError`` for a bad ``--name`` or none to be found, an inventory sharing no tray
+    with the live blocks, and nothing to make a rack of.
+    """
+    findings = list(cfg.findings)
+    cluster, name_note = _cluster_name(cfg, name)
+    rack_drafts = racks(cfg, fabric, select, findings)
+    imex_map, config_dir, imex_note = imex(cfg, fabric, findings)
+    tier_drafts = tiers(cfg, rack_drafts, imex_map is not None, cluster, findings)
+    return Draft(cfg, cluster, rack_drafts, tier_drafts, imex_map, config_dir, {"name": name_note, "imex": imex_note},
+                 findings)
+
+
+def _cluster_name(cfg: LiveConfig, name: str | None) -> tuple[str, str]:
+    if name is not None:
+        if not _CLUSTER.fullmatch(name):
+            raise InputError(f"{name!r} is not a cluster name; expected a DNS label (lowercase letters, digits, '-')",
+                             field="--name")
+        return name, "--name"
+    if cfg.header is not None and _CLUSTER.fullmatch(cfg.header[0]):
+        return cfg.header[0], f"the header of {cfg.include_file if cfg.managed else cfg.topology_file}"
+    key_value_where = cfg.live.site_settings.get("clustername")
+    if key_value_where is not None:
+        label = re.sub(r"[^a-z0-9-]+", "-", key_value_where[1].lower()).strip("-")[:63].strip("-")
+        if _CLUSTER.fullmatch(label):
+            return label, f"ClusterName={key_value_where[1]} ({key_value_where[2]})"
+    raise InputError("no cluster name: the files carry no rackctl header and no usable ClusterName", field="--name",
+                     hint="pass --name NAME (a DNS label)")

@@ -1,0 +1,134 @@
+"""Saved plans: ``rackctl plan --out FILE`` writes a plan that records what it was made from
+(``provenance``); ``rackctl apply -f INTENT --plan FILE`` applies exactly that plan, as
+``terraform apply PLANFILE`` does, or refuses it.
+
+``apply --plan`` recomputes the run exactly as ``apply`` does and refuses, naming each cause,
+when a digest of its inputs differs (the intent, the inventory, the managed Slurm files, the
+running controller, the Kubernetes live state) or, with equal inputs, when its changes differ
+(an edited plan file, or rackctl's records in the state dir moved: the last apply, damping).
+After an apply the live state has moved, so the same plan is stale. Refused before anything is
+read: a file that is not a plan this rackctl can apply (unreadable, not JSON, not the plan
+schema, a failed run's error document, another rackctl version), a plan with errors, and a plan
+made with ``--offline`` for a Kubernetes target (written only through the API server it skipped).
+
+As in Terraform, a saved plan carries its planning settings (``provenance.planned_with``):
+``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts`` and ``--prune-empty``
+come from the plan and are refused beside ``--plan``, as is ``--drain-first`` (which would apply
+something else). How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
+the apply-time switches (``--no-reload``, ``--allow-stale-inventory``) stay the caller's: plan and
+apply may run with different credentials; the digests prove they saw the same state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__, schemas
+from .errors import InputError, RackctlError
+from .plan import Plan
+from .provenance import NOT_READ, Provenance, resolve
+from .yamlsource import display_path, format_path, read_text
+
+#: ``apply`` options that would change what is planned, by ``argparse`` dest: a saved plan
+#: brings its own settings, so these are refused beside ``--plan``.
+PLANNING_OPTIONS = (("inventory", "--inventory"), ("slurm_config_dir", "--slurm-config-dir"),
+                    ("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
+                    ("prune_empty", "--prune-empty"), ("drain_first", "--drain-first"))
+#: Largest plan file read (bytes): a fleet's plan holds whole diffs of its topology and IMEX maps.
+MAX_PLAN_BYTES = 1024 * 1024 * 1024
+AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply that file"
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """A plan file read back: ``name`` as given on the command line, its ``changes`` (the JSON
+    list) and ``provenance``."""
+
+    name: str
+    changes: list[dict[str, Any]]
+    provenance: Provenance
+
+
+def load_for_apply(args: argparse.Namespace) -> SavedPlan:
+    """Read the saved plan ``args.plan`` for ``apply`` and set the planning options on ``args``
+    from it: ``inventory`` and ``slurm_config_dir`` (absolute paths, found from the intent file
+    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``.
+
+    Raises ``InputError`` for a planning option given beside ``--plan`` (``PLANNING_OPTIONS``) and
+    for a plan file that cannot be applied (see ``read``)."""
+    for dest, flag in PLANNING_OPTIONS:
+        if getattr(args, dest) not in (None, False):
+            raise InputError("cannot be combined with --plan: a saved plan is applied with the settings it was "
+                             "made with", field=flag, hint=f"plan again with {flag} and --out, then apply that file")
+    saved = read(args.plan)
+    made = saved.provenance.planned_with
+    args.inventory = str(resolve(made.inventory, Path(args.file)))
+    args.slurm_config_dir = str(resolve(made.slurm_config_dir, Path(args.file))) if made.slurm_config_dir else None
+    args.offline, args.force_conflicts, args.prune_empty = made.offline, made.force_conflicts, made.prune_empty
+    return saved
+
+
+def read(name: str) -> SavedPlan:
+    """Read the plan file ``name`` (as ``plan --out`` writes it) and check that it can be applied.
+
+    Raises ``InputError`` naming the file for an empty path, an unreadable file, invalid JSON,
+    a failed run's error document, a plan from another rackctl version, one that does not follow
+    ``schemas/plan.schema.json``, a plan with errors, and an ``--offline`` plan of a Kubernetes
+    target."""
+    if name == "":
+        raise InputError("an empty path; expected a plan file (`rackctl plan --out FILE`)", field="--plan")
+    shown = display_path(Path(name))
+    text = read_text(Path(name), what="saved plan", max_bytes=MAX_PLAN_BYTES)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not a rackctl plan: invalid JSON: {exc.msg} (column {exc.colno})", file=shown,
+                         line=exc.lineno, hint=AGAIN) from None
+    except (RecursionError, ValueError) as exc:  # nested too deeply, a number too long to read
+        raise InputError(f"not a rackctl plan: unreadable JSON ({type(exc).__name__})", file=shown,
+                         hint=AGAIN) from None
+    if not isinstance(doc, dict):
+        raise InputError("not a rackctl plan: expected the JSON object `rackctl plan --out` writes", file=shown,
+                         hint=AGAIN)
+    if "error" in doc and "changes" not in doc:
+        raise InputError(f"holds a failed run, not a plan: {doc['error']}", file=shown, hint=AGAIN)
+    made_by = doc.get("rackctl_version")
+    if isinstance(made_by, str) and made_by != __version__:
+        raise InputError(f"the plan was made by rackctl {made_by}, this is rackctl {__version__}; a saved plan "
+                         "is applied only by the version that made it", file=shown, hint=AGAIN)
+    err = schemas.first_error("plan", doc)
+    if err is not None:
+        raise InputError(f"not a rackctl plan: {schemas.describe(err)}", file=shown,
+                         field=format_path(tuple(err.absolute_path)) or None, hint=AGAIN)
+    errors = sum(d["severity"] == "error" for d in doc["diagnostics"])
+    if errors:
+        raise InputError(f"the plan has {errors} error(s); a plan with errors cannot be applied", file=shown,
+                         hint="fix them, then " + AGAIN)
+    saved = SavedPlan(shown, doc["changes"], Provenance.from_json(doc["provenance"]))
+    if saved.provenance.kubernetes == NOT_READ:
+        raise InputError("the plan was made with --offline: the Kubernetes target is written through its API "
+                         "server and needs a plan that compared it", file=shown,
+                         hint="plan again without --offline, with --out, and apply that file")
+    return saved
+
+
+def check_current(saved: SavedPlan, plan: Plan) -> None:
+    """Refuse unless ``plan``, computed now, is what ``saved`` recorded: every digest of its
+    inputs equal, then every change equal. Raises ``RackctlError`` naming what differs."""
+    stale = saved.provenance.changed(plan.provenance)
+    if stale:
+        raise RackctlError(f"the saved plan {saved.name} is stale: {'; '.join(stale)}; nothing was applied",
+                           hint=AGAIN)
+    now = [c.to_json() for c in plan.changes]
+    if now != saved.changes:
+        first = next((i for i, (a, b) in enumerate(zip(saved.changes, now)) if a != b),
+                     min(len(now), len(saved.changes)))
+        at = (saved.changes if first < len(saved.changes) else now)[first]["address"]
+        raise RackctlError(f"the saved plan {saved.name} does not hold what apply would do now: {len(saved.changes)} "
+                           f"change(s) saved, {len(now)} now, first difference at {at}; nothing was applied",
+                           hint="the plan file was edited, or rackctl's records in the state dir moved (the last "
+                           "apply, drain damping); " + AGAIN)
