@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, collectcmd, controllercheck, hostlist, kubesync, pipeline, report, savedplan, verifycmd, viewcmd
+from . import (__version__, collectcmd, controllercheck, hostlist, kubesync, outputs, pipeline, report, savedplan,
+               verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -324,7 +325,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
+    state = _state(args, intent)
+    outputs.refuse_run_inputs(args.out, intent, state.path, field="--out")
+    run = pipeline.compute(intent, state, offline=args.offline, show_users=args.show_users,
                            kube=_kube_options(args))
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import outputs
 from .adopt.check import adopt
 from .adopt.draft import infer
 from .adopt.live import read_config
@@ -66,6 +67,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise InputError("an empty value", field=flag)
     out, inventory, given = Path(args.out), Path(args.inventory), Path(args.slurm_config_dir)
     check_target(out)  # a folder in the way fails before any work
+    outputs.refuse_inputs(out, field="--out", files=(inventory if inventory.is_file() else None,),
+                          dirs=(given, inventory if inventory.is_dir() else None))
     cfg = read_config(given, args.slurm_version)
     fabric = build_fabric(load_inventory(inventory))
     draft = infer(cfg, fabric, name=args.name, select=args.select)

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
-from . import history, kubesync, pipeline, report
+from . import history, kubesync, outputs, pipeline, report
 from .errors import InputError, RackctlError
 from .intent import duration_s, load_intent
 from .statedir import StateDir, default_state_dir
@@ -40,6 +40,7 @@ MODES = history.MODES
 CHANGE_KINDS = ("file", "block", "partition", "setting", "node", "controller", "object")
 HISTORY_FORMAT_VERSION = "1"
 _DURATION = re.compile(r"[0-9]+[smhd]?")
+MAX_INTERVAL_S = 30 * 86400  # a pass a month at least; longer belongs in cron
 
 RECONCILE_HELP = """\
 One reconcile pass (default) or, with --interval, a pass every DURATION until SIGTERM or SIGINT
@@ -281,6 +282,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         check_apply_options(args, intent)
     kube = kubesync.KubeOptions(args.kubeconfig, args.context, args.force_conflicts, args.prune_empty)
     state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    outputs.refuse_run_inputs(args.metrics_textfile, intent, state.path, field="--metrics-textfile")
     metrics = Metrics()
     metrics.seed(history.read(state))
     log = EventLog(args.log_format)
@@ -341,12 +343,17 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise InputError("an address to serve on needs --metrics-port", field="--metrics-address")
     if args.metrics_textfile and not Path(args.metrics_textfile).parent.is_dir():
         raise InputError(f"{Path(args.metrics_textfile).parent}: no such folder", field="--metrics-textfile")
+    if args.metrics_textfile and Path(args.metrics_textfile).is_dir():
+        raise InputError(f"{args.metrics_textfile} is a directory; expected a file name", field="--metrics-textfile")
     interval = None
     if args.interval is not None:
         if not _DURATION.fullmatch(args.interval) or duration_s(args.interval) == 0:
             raise InputError(f"{args.interval!r} is not a duration; expected a positive number with an optional "
                              "unit s, m, h or d (90s, 10m, 1h)", field="--interval")
         interval = float(duration_s(args.interval))
+        if interval > MAX_INTERVAL_S:
+            raise InputError(f"{args.interval} is longer than {MAX_INTERVAL_S // 86400} days; expected a shorter "
+                             "interval (or one pass from cron)", field="--interval")
     if args.metrics_port is not None and interval is None:
         raise InputError("the metrics are served while looping; pass --interval, or use --metrics-textfile",
                          field="--metrics-port")

@@ -46,11 +46,12 @@ AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply tha
 @dataclass(frozen=True)
 class SavedPlan:
     """A plan file read back: ``name`` as given on the command line, its ``changes`` (the JSON
-    list) and ``provenance``."""
+    list), ``provenance`` and the ``cluster`` it was made for."""
 
     name: str
     changes: list[dict[str, Any]]
     provenance: Provenance
+    cluster: str = ""
 
 
 def load_for_apply(args: argparse.Namespace) -> SavedPlan:
@@ -62,8 +63,10 @@ def load_for_apply(args: argparse.Namespace) -> SavedPlan:
     for a plan file that cannot be applied (see ``read``)."""
     for dest, flag in PLANNING_OPTIONS:
         if getattr(args, dest) not in (None, False):
+            hint = ("--drain-first is an apply of its own: run `rackctl apply --drain-first` without --plan"
+                    if flag == "--drain-first" else f"plan again with {flag} and --out, then apply that file")
             raise InputError("cannot be combined with --plan: a saved plan is applied with the settings it was "
-                             "made with", field=flag, hint=f"plan again with {flag} and --out, then apply that file")
+                             "made with", field=flag, hint=hint)
     saved = read(args.plan)
     made = saved.provenance.planned_with
     args.inventory = str(resolve(made.inventory, Path(args.file)))
@@ -108,7 +111,7 @@ def read(name: str) -> SavedPlan:
     if errors:
         raise InputError(f"the plan has {errors} error(s); a plan with errors cannot be applied", file=shown,
                          hint="fix them, then " + AGAIN)
-    saved = SavedPlan(shown, doc["changes"], Provenance.from_json(doc["provenance"]))
+    saved = SavedPlan(shown, doc["changes"], Provenance.from_json(doc["provenance"]), doc["cluster"])
     if saved.provenance.kubernetes == NOT_READ:
         raise InputError("the plan was made with --offline: the Kubernetes target is written through its API "
                          "server and needs a plan that compared it", file=shown,
@@ -119,6 +122,9 @@ def read(name: str) -> SavedPlan:
 def check_current(saved: SavedPlan, plan: Plan) -> None:
     """Refuse unless ``plan``, computed now, is what ``saved`` recorded: every digest of its
     inputs equal, then every change equal. Raises ``RackctlError`` naming what differs."""
+    if saved.cluster != plan.cluster:
+        raise RackctlError(f"the saved plan {saved.name} is for cluster {saved.cluster!r}, the intent is "
+                           f"{plan.cluster!r}; nothing was applied", hint=AGAIN)
     stale = saved.provenance.changed(plan.provenance)
     if stale:
         raise RackctlError(f"the saved plan {saved.name} is stale: {'; '.join(stale)}; nothing was applied",

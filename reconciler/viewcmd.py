@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import kubesync, pipeline
+from . import kubesync, outputs, pipeline
 from .atomicfile import atomic_write
 from .errors import InputError
 from .htmlreport import render_html
@@ -76,6 +76,7 @@ def _run(args: argparse.Namespace) -> pipeline.Run:
             raise InputError("an empty value", field=flag)
     intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
     state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    outputs.refuse_run_inputs(getattr(args, "out", None), intent, state.path, field="--out")
     return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(
         args.kubeconfig, args.context, args.force_conflicts, args.prune_empty))
 

@@ -1,0 +1,74 @@
+"""A command never writes over what it reads: `--out` and `--metrics-textfile` onto the intent,
+an inventory file, a file in the inventory folder, the Slurm config dir or the state dir is one
+clear error, exit 1, and the input is untouched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
+
+EXAMPLE = EXAMPLES_DIR / "rack-cliques"
+
+
+@pytest.fixture
+def site(tmp_path):
+    """The rack-cliques example copied (intent, one-file inventory, slurm/slurm.conf)."""
+    work = tmp_path / "site"
+    shutil.copytree(EXAMPLE, work)
+    return work
+
+
+def _unchanged(site, run) -> str:
+    before = {p: p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    res = run()
+    msg = assert_one_error(res)
+    assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
+    return msg
+
+
+@pytest.mark.parametrize("command", ["plan", "report"])
+@pytest.mark.parametrize("target, why", [("inventory.json", "is one of this command's inputs"),
+                                         ("intent.yaml", "is one of this command's inputs"),
+                                         ("slurm/slurm.conf", "which this command reads"),
+                                         ("slurm", "a directory is in the way")])
+def test_out_onto_an_input_is_refused(site, command, target, why):
+    extra = ["--format", "html"] if command == "report" else []
+    msg = _unchanged(site, lambda: rackctl(command, "-f", site / "intent.yaml", "--state-dir", site / "state",
+                                           *extra, "--out", site / target, cwd=site))
+    assert why in msg and ("--out: " in msg or target == "slurm"), msg
+
+
+def test_import_out_into_the_config_dir_it_reads_is_refused(site):
+    msg = _unchanged(site, lambda: rackctl("import", "--slurm-config-dir", site / "slurm", "--inventory",
+                                           site / "inventory.json", "--out", site / "slurm" / "slurm.conf",
+                                           cwd=site))
+    assert "--out: " in msg and "which this command reads" in msg, msg
+
+
+def test_metrics_textfile_onto_the_intent_is_refused(site):
+    msg = _unchanged(site, lambda: rackctl("reconcile", "-f", site / "intent.yaml", "--state-dir", site / "state",
+                                           "--slurm-config-dir", site / "slurm", "--metrics-textfile",
+                                           site / "intent.yaml", cwd=site))
+    assert "--metrics-textfile: " in msg and "is one of this command's inputs" in msg, msg
+
+
+def test_an_interval_beyond_a_month_is_refused_before_any_pass(site):
+    msg = _unchanged(site, lambda: rackctl("reconcile", "-f", site / "intent.yaml", "--state-dir", site / "state",
+                                           "--interval", "99999999d", cwd=site))
+    assert "--interval: 99999999d is longer than 30 days" in msg, msg
+
+
+def test_a_saved_plan_for_another_cluster_is_refused(site, tmp_path):
+    plan, state = tmp_path / "plan.json", tmp_path / "state"
+    args = ["-f", site / "intent.yaml", "--slurm-config-dir", site / "slurm", "--state-dir", state]
+    assert rackctl("plan", *args, "--out", plan, cwd=site).rc == 2
+    doc = json.loads(plan.read_text())
+    doc["cluster"] = "other"
+    plan.write_text(json.dumps(doc))
+    msg = _unchanged(site, lambda: rackctl("apply", "-f", site / "intent.yaml", "--state-dir", state, "--plan", plan,
+                                           "--no-reload", cwd=site))
+    assert "is for cluster 'other', the intent is 'rack-cliques'" in msg, msg
