@@ -377,6 +377,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError(f"{args.limit} passes; expected 1 or more", field="--limit")
     intent = load_intent(args.file)
+    if args.state_dir and not Path(args.state_dir).is_dir():
+        raise InputError(f"{args.state_dir}: no such folder; expected the state dir reconcile ran with",
+                         field="--state-dir")
     state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
     entries = history.read(state)
     if args.limit is not None:

@@ -72,3 +72,27 @@ def test_a_saved_plan_for_another_cluster_is_refused(site, tmp_path):
     msg = _unchanged(site, lambda: rackctl("apply", "-f", site / "intent.yaml", "--state-dir", state, "--plan", plan,
                                            "--no-reload", cwd=site))
     assert "is for cluster 'other', the intent is 'rack-cliques'" in msg, msg
+
+
+def test_import_refuses_a_binary_slurm_conf(site, tmp_path):
+    (site / "slurm" / "slurm.conf").write_bytes(b"ClusterName=x\n\0\0\0garbage\n")
+    msg = _unchanged(site, lambda: rackctl("import", "--slurm-config-dir", site / "slurm", "--inventory",
+                                           site / "inventory.json", "--out", tmp_path / "out" / "intent.yaml",
+                                           cwd=site))
+    assert msg.rstrip().endswith("slurm/slurm.conf: holds binary data (NUL bytes); a slurm.conf was expected"), msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_import_refuses_an_include_of_a_missing_file(site, tmp_path):
+    with open(site / "slurm" / "slurm.conf", "a") as fh:
+        fh.write("Include /nonexistent/partitions.conf\n")
+    msg = _unchanged(site, lambda: rackctl("import", "--slurm-config-dir", site / "slurm", "--inventory",
+                                           site / "inventory.json", "--out", tmp_path / "intent.yaml", cwd=site))
+    assert "Include /nonexistent/partitions.conf: no such file; import reads every included file" in msg, msg
+    assert not (tmp_path / "intent.yaml").exists()
+
+
+def test_history_of_a_state_dir_that_does_not_exist_is_an_error(site, tmp_path):
+    msg = _unchanged(site, lambda: rackctl("history", "-f", site / "intent.yaml", "--state-dir", tmp_path / "typo",
+                                           cwd=site))
+    assert "--state-dir: " in msg and "typo: no such folder" in msg, msg

@@ -325,6 +325,7 @@ def test_history_in_text_json_and_yaml(tmp_path, capsys):
 def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
     site = Site(tmp_path)
     base = ["history", "-f", site.intent, "--state-dir", site.state]
+    Path(site.state).mkdir(parents=True, exist_ok=True)  # the state dir exists; this cluster has no passes yet
     res = rackctl(*base, cwd=tmp_path)
     assert (res.rc, res.out) == (0, "") and "no reconcile passes recorded" in res.err
     assert json.loads(rackctl(*base, "--format", "json", cwd=tmp_path).out)["passes"] == []

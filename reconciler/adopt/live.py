@@ -107,7 +107,13 @@ def read_config(config_dir: Path, version: str | None = None) -> LiveConfig:
                          field="--version", hint="pass --version 25.05 (or the release the controller runs)")
     topology = "topology.yaml" if uses_yaml else "topology.conf"
     target = SlurmTarget(release, config_dir.resolve(), topology, DEFAULT_INCLUDE, ("scontrol", "reconfigure"))
+    conf = config_dir / "slurm.conf"
+    if conf.is_file() and b"\0" in conf.read_bytes():
+        raise InputError("holds binary data (NUL bytes); a slurm.conf was expected", file=f"{where}/slurm.conf")
     live = slurm_target.read_config_dir(target)
+    if live.unread_includes:
+        raise InputError(f"{live.unread_includes[0]}: no such file; import reads every included file, so that "
+                         "nothing the controller runs is missed", file=f"{where}/slurm.conf")
     include, header = _find_include(config_dir, live)
     if include != DEFAULT_INCLUDE:
         live = slurm_target.read_config_dir(SlurmTarget(release, target.config_dir, topology, include, target.reload))

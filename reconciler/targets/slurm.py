@@ -54,7 +54,9 @@ class LiveSlurm:
     stray_topology_yaml: bool = False
     #: slurm.conf settings rackctl's per-job IMEX lines interact with, and ClusterName: lowercased
     #: key -> (key, value, "file:line").
-    site_settings: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # a topology.yaml beside the managed topology.conf
+    site_settings: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    #: ``file:line: Include x`` of every include that names no file (slurmctld would not start).
+    unread_includes: list[str] = field(default_factory=list)  # a topology.yaml beside the managed topology.conf
     stray_topology_conf: bool = False  # a topology.conf beside the managed topology.yaml
     diagnostics: list[Diagnostic] = field(default_factory=list)
     #: ``PartitionName=`` lines of slurm.conf and the files it includes (not the include file).
@@ -117,9 +119,12 @@ def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: Liv
             inc = inc if inc.is_absolute() and inc.exists() else cdir / name
             if inc.resolve() in seen:
                 continue
-            sub = _read(inc, where=f"{display_path(path)}:{line.lineno}: Include {line.include}")
+            where = f"{display_path(path)}:{line.lineno}: Include {line.include}"
+            sub = _read(inc, where=where)
             if sub is not None:
                 _scan_conf(sub, inc, cdir, include_file, live, depth + 1, seen)
+            else:
+                live.unread_includes.append(where)
             continue
         head = line.head
         if head is None:
