@@ -24,7 +24,7 @@ from typing import Any
 from . import hostlist
 from .diagnostics import ERROR, WARNING, Diagnostic
 from .intent import Intent
-from .nodestates import NodePlan, plan_nodes
+from .nodestates import HealthHistory, NodePlan, plan_nodes
 from .planner import DesiredSlurm
 from .kueue import KINDS, KubeObject
 from .render.kubernetes import DesiredKubernetes, label_value
@@ -110,7 +110,8 @@ class KubeComparison:
 
 
 def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, live: LiveKubernetes,
-            record: KubeRecord, history, now: dt.datetime, *, allow_empty: bool = False) -> KubeComparison:
+            record: KubeRecord, history: HealthHistory, now: dt.datetime, *,
+            allow_empty: bool = False) -> KubeComparison:
     """Compare desired with live. ``history``: the trays' health history (damping);
     ``allow_empty``: prune down to no objects and no labels at all (else refused: an empty
     desired state is far likelier a failed discovery than an intent)."""
@@ -149,7 +150,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
         reasons[name] = _label_reason(node.labels, change)
         if hand:
             drift.append({"address": address, "cause": "drift",
-                          "detail": f"labels changed outside rackctl since the last apply; to restore: {reasons[name]}"})
+                          "detail": "labels changed outside rackctl since the last apply; to restore: "
+                                    + reasons[name]})
         patches.append(NodePatch(name, labels=change))
 
     if claimed:
@@ -292,7 +294,7 @@ def _label_reason(have: dict[str, str], change: dict[str, str | None]) -> str:
     return ", ".join(parts)
 
 
-def _plan_health(intent: Intent, slurm: DesiredSlurm, live: LiveKubernetes, history, now: dt.datetime,
+def _plan_health(intent: Intent, slurm: DesiredSlurm, live: LiveKubernetes, history: HealthHistory, now: dt.datetime,
                  out: KubeComparison) -> None:
     """Taint or cordon the trays the planner wants out of service, with damping."""
     target = intent.kubernetes

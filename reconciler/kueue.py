@@ -36,6 +36,11 @@ class KubeObject:
         return f"kubernetes/{self.kind}/{self.name}"
 
 
+def label_selector(labels: dict[str, str]) -> str:
+    """The equality label selector (``k=v,k2=v2``) matching every one of ``labels``."""
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
 def choose_versions(pinned: str | None, served: dict[str, tuple[str, ...]] | None = None) -> dict[str, str]:
     """Kind -> Kueue API version to render. ``pinned``: the intent's ``kueue.apiVersion``
     (v1alpha1 pins Topology only; ResourceFlavor and ClusterQueue are then v1beta1, as in Kueue

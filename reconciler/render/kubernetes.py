@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..intent import Intent
-from ..kueue import GROUP, KINDS, KubeObject
+from ..kueue import GROUP, KINDS, KubeObject, label_selector
 from ..planner import DesiredSlurm
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "rackctl")
@@ -52,7 +52,7 @@ class DesiredKubernetes:
     @property
     def owner_selector(self) -> str:
         """The label selector of every object rackctl owns for this cluster."""
-        return ",".join(f"{k}={v}" for k, v in self.owner_labels.items())
+        return label_selector(self.owner_labels)
 
 
 def label_value(text: str) -> str:

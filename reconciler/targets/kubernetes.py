@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from ..errors import InputError, TargetError
 from ..kueue import GROUP as KUEUE_GROUP
 from ..kueue import KINDS as KUEUE_KINDS
-from ..kueue import KubeObject
+from ..kueue import KubeObject, label_selector
 
 FIELD_MANAGER = "rackctl"
 COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
@@ -102,7 +102,6 @@ class KubeApi:
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
-        self._client = api_client
         self.server = getattr(api_client.configuration, "host", "") or "the API server"
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
@@ -260,7 +259,7 @@ def read_live(api: KubeApi, desired_objects: list[KubeObject], owner_labels: dic
         nodes[node.name] = node
     objects: dict[str, dict[str, Any]] = {}
     versions_used = {o.kind: o.version for o in desired_objects}
-    selector = ",".join(f"{k}={v}" for k, v in owner_labels.items())
+    selector = label_selector(owner_labels)
     for kind, versions in served.items():
         if kind not in KUEUE_KINDS:
             continue
