@@ -15,6 +15,7 @@ def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
     An existing file keeps its mode and (when permitted) its owner and group; a new one gets
     ``default_mode``. Raises ``OSError`` on failure, leaving ``path`` untouched.
     """
+    path = written_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     st = check_target(path)
     try:
@@ -39,13 +40,33 @@ def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def written_path(path: Path) -> Path:
+    """The file a write to ``path`` replaces: ``path`` itself, or the file a symbolic link there
+    points to (a managed file linked from elsewhere stays a link; the link is never replaced).
+
+    Raises ``OSError`` naming ``path`` for a path in ``/dev`` (but ``/dev/shm``) or ``/proc``, or
+    a link into them:
+    ``/dev/stdout`` leads through ``/proc/self/fd`` to whatever the shell opened, and a rename
+    there would replace the link or a stranger's file."""
+    shown, hop = str(path), Path(os.path.abspath(path))
+    for _ in range(40):  # each link of a chain: /dev/stdout -> /proc/self/fd/1 -> the shell's file
+        if hop.parts[1:2] in (("dev",), ("proc",)) and hop.parts[1:3] != ("dev", "shm"):  # /dev/shm: a tmpfs
+            raise OSError(errno.EINVAL, "a device or process path (/dev, /proc), not a file; expected a file path",
+                          shown)
+        if not hop.is_symlink():
+            return Path(os.path.realpath(hop)) if hop != Path(os.path.abspath(path)) else path
+        hop = Path(os.path.abspath(hop.parent / os.readlink(hop)))
+    raise OSError(errno.ELOOP, "too many levels of symbolic links", shown)
+
+
 def check_target(path: Path) -> os.stat_result | None:
-    """The stat of what ``path`` names now (None: nothing there yet).
+    """The stat of what ``path`` names now (None: nothing there yet), links followed.
 
     Raises ``OSError`` naming ``path`` when it is not a regular file: renaming over a directory
     fails with a temp file's name, and renaming over ``/dev/stdout`` or a FIFO would replace the
-    device or pipe with a plain file.
+    device or pipe with a plain file (see ``written_path``).
     """
+    written_path(path)
     try:
         st = path.stat()
     except FileNotFoundError:

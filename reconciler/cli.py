@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from . import (__version__, collectcmd, controllercheck, hostlist, kubesync, outputs, pipeline, report, savedplan,
-               verifycmd, viewcmd)
+               progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
 from .intent import Intent, block_sizes, load_intent
 from .inventory.nvidia_smi import parse_nvidia_smi_text
-from .inventory.store import check_node, write_inventory
+from .inventory.store import check_node
 from .nodestates import RESLICE_REASON
 from .plan import FORMAT_VERSION
 from .reconcilecmd import add_reconcile_parser
@@ -47,12 +47,15 @@ EPILOG = """exit codes:
 """
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
+NO_PROGRESS_HELP = (f"no progress bars (they go to standard error, and only when it is a terminal; also "
+                    f"{progress.ENV_NO_PROGRESS}=1)")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run rackctl with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    progress.configure(disabled=args.no_progress)
     try:
         return args.func(args)
     except RackctlError as exc:
@@ -89,12 +92,13 @@ def _drop_stdout() -> None:
 
 def _fail(args: argparse.Namespace, message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
-    if getattr(args, "format", None) == "json":
-        # --format json promises exactly one JSON document on stdout, even on failure.
+    fmt = getattr(args, "format", None)
+    if fmt in ("json", "yaml"):
+        # --format json|yaml promises exactly one document on stdout, even on failure.
         doc = {"format_version": FORMAT_VERSION, "error": message,
                "diagnostics": [{"severity": "error", "code": "fatal", "subject": "", "message": message,
                                 "hardware": False}]}
-        print(json.dumps(doc, indent=2))
+        sys.stdout.write(report.dump(doc, fmt))
     return EXIT_ERROR
 
 
@@ -104,11 +108,13 @@ def _parser() -> argparse.ArgumentParser:
                         "labels, Kueue topology and queues.",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"rackctl {__version__}")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     v = _sub(sub, "validate", "check an intent without discovery (schema, names, references, slicing)")
     v.add_argument("-f", "--file", required=True, metavar="INTENT")
-    v.add_argument("--format", choices=("text", "json"), default="text")
+    v.add_argument("--format", choices=("text", "json", "yaml"), default="text",
+                   help="a line (default), or the same facts as one JSON or YAML document")
     v.set_defaults(func=cmd_validate)
 
     i = _sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
@@ -159,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     add_import_parser(sub, _sub)
     viewcmd.add_view_parsers(sub, add_run_options)
     add_reconcile_parser(sub, _sub)
+    snapshotcmd.add_snapshot_parser(sub, _sub)
 
     for name, help_, func in (("plan", "show what apply would change", cmd_plan),
                               ("apply", "write the Slurm files and reload; label Nodes and apply the Kueue "
@@ -174,12 +181,27 @@ def _parser() -> argparse.ArgumentParser:
                            "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
                            "--force-conflicts, --prune-empty and --drain-first are refused with it")
         else:
-            c.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+            c.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text",
+                           help="the human plan (default), the plan as one JSON or YAML document (the same "
+                           "document), or markdown for a pull request")
             c.add_argument("--show-users", action="store_true", help="name the owners of running jobs in the plan")
         if name == "plan":
             c.add_argument("--out", metavar="PLANFILE", help="also write the JSON plan to this file")
         c.set_defaults(func=func)
+    _no_progress_everywhere(p)
     return p
+
+
+def _no_progress_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``--no-progress`` after every command name too (``rackctl plan ... --no-progress``),
+    not only before it. SUPPRESS: a command that was not given it keeps the top-level value."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                if "--no-progress" not in child._option_string_actions:
+                    child.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS,
+                                       help=NO_PROGRESS_HELP)
+                _no_progress_everywhere(child)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -214,6 +236,10 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
                    "plan/drift) takes over fields another field manager owns (default: a conflict is an error)")
     c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
                    "label when the desired Kubernetes state is empty (default: refused, an error)")
+    if not apply:
+        c.add_argument("--live-snapshot", metavar="FILE", help="read the live state (Slurm files and controller, "
+                       "Kubernetes objects) from this `rackctl snapshot` file instead of the cluster, e.g. on a CI "
+                       "runner that cannot reach it; such a plan is for review, `apply --plan` refuses it")
     if apply:
         c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
         c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
@@ -226,9 +252,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     intent = load_intent(args.file)
     sizes = block_sizes(intent) if intent.slurm_enabled else None
     targets = [t for t, on in (("slurm", intent.slurm_enabled), ("kubernetes", intent.kubernetes is not None)) if on]
-    if args.format == "json":
-        print(json.dumps({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
-                          "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes}, indent=2))
+    if args.format in ("json", "yaml"):
+        sys.stdout.write(report.dump({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
+                                      "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes},
+                                     args.format))
     else:
         what = f", BlockSizes={','.join(map(str, sizes))}" if sizes else ""
         print(f"{display_path(intent.path)}: valid — cluster {intent.name}, {len(intent.racks)} rack(s), "
@@ -240,6 +267,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     for flag, value in (("--out", args.out), ("--out-dir", args.out_dir)):
         if value == "":
             raise InputError("an empty path; expected a file or folder name", field=flag)
+    collectcmd.check_outputs(args)
     if args.from_nodes is not None:
         return collectcmd.inventory_from_nodes(args)
     if not args.captures:
@@ -247,18 +275,20 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     if args.hostname and len(args.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
     nodes, seen = [], {}
-    for cap in args.captures:
-        path = Path(cap)
-        host = args.hostname or _host_from_name(path.name)
-        if host in seen:
-            raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
-        seen[host] = cap
-        text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
-        node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
-        check_node(node, file=cap, place=cap)
-        nodes.append(node)
-    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
-                              out_file=Path(args.out) if args.out is not None else None)
+    with progress.bar("reading captures") as bar:
+        for done, cap in enumerate(args.captures):
+            if bar.callback is not None:
+                bar.callback(done, len(args.captures))
+            path = Path(cap)
+            host = args.hostname or _host_from_name(path.name)
+            if host in seen:
+                raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
+            seen[host] = cap
+            text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
+            node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
+            check_node(node, file=cap, place=cap)
+            nodes.append(node)
+    written = collectcmd.write_reports(nodes, args)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return EXIT_OK
 
@@ -270,14 +300,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                    miscabled=args.miscabled, duplicate_hostnames=args.duplicate_hostnames)
     if spec.duplicate_hostnames and args.out_dir is not None:
         raise InputError("duplicate host names cannot be one file per host; use --out", field="--out-dir")
+    collectcmd.check_outputs(args)  # before the intent is written: nothing is written on a bad path
+    outputs.check_out_file(args.intent, field="--intent")
     nodes, racks = simulate(spec)
     out = Path(args.out if args.out is not None else args.out_dir)
     if args.intent:
         intent_path = Path(args.intent)
         rel = os.path.relpath(out.resolve(), intent_path.resolve().parent)
         atomic_write(intent_path, intent_yaml(spec, racks, rel + ("/" if args.out_dir else ""), args.select).encode())
-    written = write_inventory(nodes, out_dir=out if args.out_dir is not None else None,
-                              out_file=out if args.out is not None else None)
+    written = collectcmd.write_reports(nodes, args)
     print(f"simulated {len(racks)} racks, {len(nodes)} NodeReports in {len(written)} file(s)", file=sys.stderr)
     return EXIT_OK
 
@@ -285,6 +316,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_discover(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
+    outputs.check_out_file(args.out)
     from .inventory.nvml import collect_node_report  # NVML is loaded only by this command
 
     node = collect_node_report(hostname=args.hostname)
@@ -324,11 +356,12 @@ def _host_from_name(name: str) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
+    outputs.check_out_file(args.out)
     intent = _intent(args)
     state = _state(args, intent)
     outputs.refuse_run_inputs(args.out, intent, state.path, field="--out")
-    run = pipeline.compute(intent, state, offline=args.offline, show_users=args.show_users,
-                           kube=_kube_options(args))
+    run = _compute(intent, state, offline=args.offline, show_users=args.show_users, kube=_kube_options(args),
+                   snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, args.out))
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -337,8 +370,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
-    run = pipeline.compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
-                           kube=_kube_options(args))
+    run = _compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
+                   kube=_kube_options(args), snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline))
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -346,11 +379,13 @@ def cmd_drift(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     saved = savedplan.load_for_apply(args) if args.plan is not None else None
     intent = _intent(args)
+    if saved is not None:  # what needs nothing live is refused before the lock makes the state dir
+        savedplan.check_settings(saved, intent)
     check_apply_options(args, intent)
     state = _state(args, intent)
     kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
-        run = pipeline.compute(intent, state, offline=args.offline, kube=kube)
+        run = _compute(intent, state, offline=args.offline, kube=kube)
         if saved is not None:
             savedplan.check_current(saved, run.plan)
         return apply_run(args, run, kube, saved=saved)
@@ -422,7 +457,8 @@ def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:
     """Write the Kubernetes changes, record them, and check that a fresh comparison is empty."""
     kpass = run.kube
     assert kpass is not None
-    done = kubesync.apply(kpass, kube)
+    with progress.bar("applying Kubernetes changes") as bar:
+        done = kubesync.apply(kpass, kube, on_progress=bar.callback)
     run.state.write_kube_record(kubesync.record_of(kpass, done.vanished))
     print(f"Kubernetes: labelled {done.labelled} Node(s), applied {done.applied} object(s), "
           f"{done.tainted} taint/cordon change(s), pruned {done.pruned} object(s).")
@@ -538,6 +574,12 @@ def _kube_options(args: argparse.Namespace) -> kubesync.KubeOptions:
         if value == "":
             raise InputError("an empty value", field=flag)
     return kubesync.KubeOptions(args.kubeconfig, args.context, args.force_conflicts, args.prune_empty)
+
+
+def _compute(intent: Intent, state: StateDir, **options) -> pipeline.Run:
+    """``pipeline.compute`` with a progress bar while the inventory is read."""
+    with progress.bar("reading inventory") as bar:
+        return pipeline.compute(intent, state, inventory_progress=bar.callback, **options)
 
 
 def _intent(args: argparse.Namespace) -> Intent:

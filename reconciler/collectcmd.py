@@ -10,14 +10,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import hostlist
+from . import hostlist, outputs, progress
 from .errors import InputError, RackctlError
 from .inventory import k8s_reports, labels, slurm_collect
 from .inventory.store import write_inventory
 
 COLLECT_SLURM_HELP = """\
 Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
-Progress (reports received) and a summary of per-node failures go to standard error.
+A progress bar of the reports received (on a terminal; --no-progress hides it) and a summary of
+per-node failures go to standard error.
 
 exit codes:
   0  every node reported; or some did and the others are listed in a warning (their reports are
@@ -73,6 +74,7 @@ def cmd_collect_slurm(args: argparse.Namespace) -> int:
             raise InputError("an empty value", field=flag)
     if args.timeout is not None and not args.timeout > 0:
         raise InputError(f"{args.timeout}; expected a positive number of seconds", field="--timeout")
+    check_outputs(args)
     if args.nodelist is not None:
         nodes = sorted(set(hostlist.expand(args.nodelist, field="--nodelist")), key=hostlist.natural_key)
     elif args.partition:
@@ -81,15 +83,15 @@ def cmd_collect_slurm(args: argparse.Namespace) -> int:
         raise InputError("say which nodes: --nodelist HOSTLIST and/or --partition P", field="--nodelist")
     slurm_collect.require_srun()
     print(f"collecting from {len(nodes)} node(s) with srun...", file=sys.stderr)
-    result = slurm_collect.collect(nodes, partition=args.partition, timeout=args.timeout, agent=args.agent,
-                                   progress=sys.stderr)
+    with progress.bar("collecting NodeReports") as bar:
+        result = slurm_collect.collect(nodes, partition=args.partition, timeout=args.timeout, agent=args.agent,
+                                       on_progress=bar.callback)
     failed = slurm_collect.summary(result)
     if not result.nodes:
         why = f"srun exit {result.srun_exit}: {result.srun_stderr}" if result.srun_exit else "see the list below"
         raise RackctlError(f"no node reported ({why}); nothing written\n" + "\n".join(failed[:50]) +
                            (f"\n  ... and {len(failed) - 50} more" if len(failed) > 50 else ""))
-    written = write_inventory(result.nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
-                              out_file=Path(args.out) if args.out is not None else None)
+    written = write_reports(result.nodes, args)
     print(f"wrote {len(result.nodes)} NodeReport(s) of {len(nodes)} node(s) to {len(written)} file(s)",
           file=sys.stderr)
     if failed:
@@ -104,6 +106,7 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
                         ("--label-selector", args.label_selector)):
         if value == "":
             raise InputError("an empty value", field=flag)
+    check_outputs(args)
     if args.from_file is not None:
         if args.label_selector is not None:
             raise InputError("filters the live Node list only; record a filtered list with `kubectl get nodes "
@@ -115,36 +118,53 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
     nodes, missing, notes = [], [], []
     seen: dict[str, str] = {}
-    for obj in objects:
-        node = obj["metadata"]["name"]
-        report, problem = k8s_reports.read_annotation(obj)
-        if report is None and labels.CLIQUE_LABEL in (obj["metadata"].get("labels") or {}):
-            try:
-                report = labels.node_report(obj, file=name, notes=notes)
-                notes.append(f"node {node}: {problem}; used its labels instead (source {labels.SOURCE})")
-            except InputError as exc:
-                problem = f"{problem}; its labels are unusable too: {exc}"
-        if report is not None and report["hostname"] in seen:
-            report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by node " \
-                                    f"{seen[report['hostname']]}"
-        if report is None:
-            missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
-            missing[-1] = f"  {node}: {missing[-1]}"
-            continue
-        seen[report["hostname"]] = node
-        nodes.append(report)
+    with progress.bar("reading Node reports") as bar:
+        for done, obj in enumerate(objects):
+            if bar.callback is not None:
+                bar.callback(done, len(objects))
+            node = obj["metadata"]["name"]
+            report, problem = k8s_reports.read_annotation(obj)
+            if report is None and labels.CLIQUE_LABEL in (obj["metadata"].get("labels") or {}):
+                try:
+                    report = labels.node_report(obj, file=name, notes=notes)
+                    notes.append(f"node {node}: {problem}; used its labels instead (source {labels.SOURCE})")
+                except InputError as exc:
+                    problem = f"{problem}; its labels are unusable too: {exc}"
+            if report is not None and report["hostname"] in seen:
+                report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by " \
+                                        f"node {seen[report['hostname']]}"
+            if report is None:
+                missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
+                missing[-1] = f"  {node}: {missing[-1]}"
+                continue
+            seen[report["hostname"]] = node
+            nodes.append(report)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if not nodes:
         raise RackctlError(f"no node reported ({len(objects)} Node(s) listed); nothing written\n" +
                            "\n".join(missing[:50]) + (f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""))
-    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
-                              out_file=Path(args.out) if args.out is not None else None)
+    written = write_reports(nodes, args)
     print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
     if missing:
         print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
         print("\n".join(missing), file=sys.stderr)
     return 0
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Check ``--out FILE`` / ``--out-dir DIR`` of a command that writes an inventory, before any
+    work (``outputs.check_out_file``/``check_out_dir``). Raises ``InputError`` or ``OSError``."""
+    outputs.check_out_file(args.out, hint="--out names one inventory file; for one file per host use --out-dir DIR")
+    outputs.check_out_dir(args.out_dir)
+
+
+def write_reports(nodes: list[dict], args: argparse.Namespace) -> list[Path]:
+    """``store.write_inventory`` to ``args.out_dir`` or ``args.out``, with a progress bar for a
+    folder. Returns the paths written; raises ``OSError``."""
+    with progress.bar("writing NodeReports") as bar:
+        return write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                               out_file=Path(args.out) if args.out is not None else None, on_progress=bar.callback)
 
 
 def _hosts(failures: dict[str, str]) -> list[str]:
@@ -163,7 +183,6 @@ def inventory_from_nodes(args: argparse.Namespace) -> int:
                          "or nvidia.com/gpu capacity); nothing written", file=name)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    written = write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
-                              out_file=Path(args.out) if args.out is not None else None)
+    written = write_reports(nodes, args)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return 0

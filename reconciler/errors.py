@@ -43,3 +43,25 @@ class InputError(RackctlError):
 
 class TargetError(RackctlError):
     """A scheduler target could not be read or changed (I/O, reload failure, lock held)."""
+
+
+def malformed_why(exc: Exception) -> str:
+    """What is wrong with a record rackctl wrote and read back (a state file, a history entry),
+    in words for the message, never a Python exception's class name. ``exc``: the ``KeyError``,
+    ``TypeError``, ``ValueError`` (``json.JSONDecodeError``, ``UnicodeDecodeError``),
+    ``AttributeError`` or ``RecursionError`` reading it raised."""
+    import json
+
+    if isinstance(exc, KeyError):
+        return f"the field {exc.args[0]!r} is missing"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, AttributeError):  # e.g. a list where an object belongs
+        return "a value has the wrong type"
+    if isinstance(exc, InputError):
+        return exc.message
+    return str(exc)

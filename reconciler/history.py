@@ -10,6 +10,8 @@ file grows past ``KEEP`` lines it is trimmed by an atomic replace. Each entry::
 
 ``changes`` counts the plan's changes by kind (pending in plan-only mode, applied in apply mode);
 ``drift`` counts the plan's drift items (things changed outside rackctl since its last apply).
+``error`` is the message the CLI would print, as one line; a pass that did not fail may carry
+one too when its ``--lease`` could not be renewed while it ran.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 from typing import Any
 
 from .atomicfile import atomic_write
-from .errors import TargetError
+from .errors import TargetError, malformed_why
 from .statedir import MAX_RECORD_BYTES, StateDir
 from .yamlsource import read_bytes_capped
 
@@ -63,8 +65,7 @@ def read(state: StateDir) -> list[dict[str, Any]]:
             entry = json.loads(line.decode("utf-8"))
             _check(entry)
         except (RecursionError, ValueError, TypeError, KeyError) as exc:
-            raise TargetError(f"{path}:{number}: malformed reconcile history entry ({type(exc).__name__}: {exc})",
-                              hint=hint) from None
+            raise TargetError(f"{path}:{number}: malformed reconcile history entry ({malformed_why(exc)})", hint=hint) from None
         out.append(entry)
     return out
 

@@ -11,13 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-from . import outputs
+from . import outputs, progress
 from .adopt.check import adopt
 from .adopt.draft import infer
 from .adopt.live import read_config
 from .adopt.racks import SELECTS
 from .adopt.yamltext import Paths
-from .atomicfile import atomic_write, check_target
+from .atomicfile import atomic_write
 from .diagnostics import INFO, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
@@ -66,11 +66,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         if value == "":
             raise InputError("an empty value", field=flag)
     out, inventory, given = Path(args.out), Path(args.inventory), Path(args.slurm_config_dir)
-    check_target(out)  # a folder in the way fails before any work
+    outputs.check_out_file(args.out)  # a folder in the way fails before any work
     outputs.refuse_inputs(out, field="--out", files=(inventory if inventory.is_file() else None,),
                           dirs=(given, inventory if inventory.is_dir() else None))
     cfg = read_config(given, args.slurm_version)
-    fabric = build_fabric(load_inventory(inventory))
+    with progress.bar("reading inventory") as bar:
+        fabric = build_fabric(load_inventory(inventory, on_progress=bar.callback))
     draft = infer(cfg, fabric, name=args.name, select=args.select)
     # Per-job IMEX renders configDir into PrologSlurmctld=: the controller's dir, as the include file names it.
     config_dir = draft.config_dir or (str(given) if given.is_absolute() else

@@ -14,7 +14,7 @@ import datetime as dt
 import difflib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -27,7 +27,7 @@ from .nodestates import HealthHistory
 from .plan import Change
 from .planner import DesiredSlurm
 from .render.kubernetes import DesiredKubernetes, render_kubernetes
-from .targets.kubernetes import KubeApi, LiveKubernetes, connect, read_live
+from .targets.kubernetes import KubeApi, KubeReads, LiveKubernetes, connect, read_live
 
 #: metadata fields the server sets; left out of the diffs people read.
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
@@ -50,7 +50,7 @@ class KubePass:
     """The Kubernetes part of one run."""
 
     desired: DesiredKubernetes
-    api: KubeApi | None = None
+    api: KubeApi | KubeReads | None = None  # KubeReads: a live snapshot, read-only
     live: LiveKubernetes | None = None
     comparison: KubeComparison | None = None
     applies: list[Any] = field(default_factory=list)  # KubeObjects that still differ after the dry-run
@@ -75,8 +75,11 @@ class KubePass:
 
 
 def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,
-         history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool) -> KubePass:
-    """Plan the Kubernetes target. Raises ``TargetError`` when the server cannot be read."""
+         history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool,
+         replay: KubeReads | None = None) -> KubePass:
+    """Plan the Kubernetes target. ``replay``: read a live snapshot instead of the server (no
+    dry-run then: each diff is the live object with rackctl's fields laid over it). Raises
+    ``TargetError`` when the server (or snapshot) cannot be read."""
     target = intent.kubernetes
     assert target is not None
     if offline:
@@ -88,7 +91,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                                             "with what rackctl last applied (the state dir), not with the cluster",
                                             "kubernetes"))
         return kpass
-    api = KubeApi(connect(options.kubeconfig, options.context))
+    api = replay or KubeApi(connect(options.kubeconfig, options.context))
     served = api.served_kinds(kueue.GROUP)
     versions = kueue.choose_versions(target.kueue_version, served)
     kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)
@@ -114,7 +117,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
         kpass.changes.append(Change("node", address, "update", cmp.causes[address], cmp.label_reasons[p.node]))
     if not any(d.severity == ERROR and d.code == "kueue-missing" for d in kpass.diagnostics):
         for obj in cmp.candidates:
-            _dry_run(kpass, obj, options.force_conflicts)
+            _dry_run(kpass, obj, options.force_conflicts, local=replay is not None)
     for obj in reversed(cmp.deletes):
         kpass.changes.append(Change("object", obj.address, "delete", "intent", "owned by rackctl, no longer in "
                                     "the intent", _diff(obj.address, obj.body, None)))
@@ -153,12 +156,14 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
     return changes
 
 
-def _dry_run(kpass: KubePass, obj, force: bool) -> None:
-    """Dry-run one differing object: a real change, a conflict, or nothing after all."""
+def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
+    """Dry-run one differing object: a real change, a conflict, or nothing after all. ``local``:
+    no server to ask (a live snapshot), so the result is the live object with the desired fields
+    laid over it; conflicts then show only at apply."""
     assert kpass.api is not None and kpass.live is not None and kpass.comparison is not None
     have = kpass.live.objects.get(obj.address)
     try:
-        after = kpass.api.apply(obj, dry_run=True, force=force)
+        after = _laid_over(have or {}, obj.body) if local else kpass.api.apply(obj, dry_run=True, force=force)
     except TargetError as exc:
         code = "kubernetes-conflict" if "HTTP 409" in exc.message else "kubernetes-rejected"
         kpass.diagnostics.append(Diagnostic(ERROR, code, exc.message + (f" ({exc.hint})" if exc.hint else ""),
@@ -171,6 +176,16 @@ def _dry_run(kpass: KubePass, obj, force: bool) -> None:
     kpass.applies.append(obj)
     kpass.changes.append(Change("object", obj.address, "create" if have is None else "update",
                                 kpass.comparison.causes[obj.address], why, diff))
+
+
+def _laid_over(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """``live`` with ``desired``'s fields set: maps merged key by key, anything else replaced (how
+    server-side apply treats rackctl's atomic lists and scalars, without field ownership)."""
+    out = dict(live)
+    for key, value in desired.items():
+        old = out.get(key)
+        out[key] = _laid_over(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
 
 
 def _diff(address: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
@@ -203,27 +218,45 @@ class KubeApplied:
     vanished: list[str] = field(default_factory=list)
 
 
-def apply(kpass: KubePass, options: KubeOptions) -> KubeApplied:
-    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write."""
+def apply(kpass: KubePass, options: KubeOptions, *,
+          on_progress: Callable[[int, int], None] | None = None) -> KubeApplied:
+    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write.
+    ``on_progress(done, total)``: called with 0 first, then after each write (a Node patch, an
+    object applied or pruned)."""
     api, cmp = kpass.api, kpass.comparison
     assert api is not None and cmp is not None
     done = KubeApplied()
+    total = len(cmp.label_patches) + len(kpass.applies) + len(cmp.health_patches) + len(cmp.deletes)
+    writes = 0
+
+    def wrote() -> None:
+        nonlocal writes
+        writes += 1
+        if on_progress is not None:
+            on_progress(writes, total)
+
+    if on_progress is not None:
+        on_progress(0, total)
     for p in cmp.label_patches:
         if api.patch_node(p.node, p.body()):
             done.labelled += 1
         else:
             done.vanished.append(p.node)
+        wrote()
     for obj in kpass.applies:
         api.apply(obj, dry_run=False, force=options.force_conflicts)
         done.applied += 1
+        wrote()
     for _, p, _ in cmp.health_patches:
         if api.patch_node(p.node, p.body()):
             done.tainted += 1
         else:
             done.vanished.append(p.node)
+        wrote()
     for obj in reversed(cmp.deletes):
         api.delete(obj, dry_run=False)
         done.pruned += 1
+        wrote()
     return done
 
 

@@ -4,10 +4,47 @@ destroy what the next run reads."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+from .atomicfile import check_target
 from .errors import InputError
+
+
+def check_out_file(value: str | None, *, field: str = "--out", hint: str | None = None) -> Path | None:
+    """Check, before any work, an option that names one file to write (``--out`` always names a
+    file). Returns ``Path(value)``, or None when the option was not given.
+
+    Raises ``InputError`` naming ``field`` for an empty value, a path that names a directory (an
+    existing one, or one ending in ``/``: a file named like the folder would surprise), with
+    ``hint`` (what to pass instead, e.g. ``--out-dir DIR``); ``OSError`` for a device, FIFO or
+    socket (``atomicfile.check_target``). Checking first means a long run (a fleet-wide collect,
+    a plan) is not thrown away at the end for a mistyped path.
+    """
+    if value is None:
+        return None
+    if value == "":
+        raise InputError("an empty path; expected a file name", field=field)
+    if value.endswith(("/", os.sep)):
+        raise InputError(f"{value}: names a directory (it ends in /); a file was expected", field=field, hint=hint)
+    path = Path(value)
+    if path.is_dir():
+        raise InputError(f"{value}: a directory is in the way; a file was expected", field=field, hint=hint)
+    check_target(path)
+    return path
+
+
+def check_out_dir(value: str | None) -> Path | None:
+    """Check, before any work, an option that names a folder to write into (``--out-dir``).
+    Returns ``Path(value)``, or None when not given. Raises ``NotADirectoryError`` when a file
+    is in the way (the same error ``store.write_inventory`` would raise at the end)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", value)
+    return path
 
 
 def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs: tuple = ()) -> None:

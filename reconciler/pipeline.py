@@ -8,9 +8,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from . import controllercheck, freshness, imexcheck, kubesync, provenance
-from .diagnostics import INFO, SEVERITIES, Diagnostic
+from .diagnostics import INFO, SEVERITIES, WARNING, Diagnostic
 from .errors import InputError
 from .fabric import Fabric, build_fabric
 from .intent import Intent, load_intent
@@ -20,9 +21,11 @@ from .nodestates import NodePlan, plan_nodes
 from .plan import Plan, build_plan
 from .planner import DesiredSlurm, History, plan_slurm
 from .render.slurm import SAFE_PATH, render_slurm
+from .snapshot import FUTURE_SKEW_S, STALE_AFTER_S, LiveSnapshot
 from .statedir import AppliedRecord, StateDir
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
+from .targets.configfiles import DISK
 from .targets.slurm import LiveSlurm
 from .targets.slurm_controller import Controller
 
@@ -64,14 +67,17 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
 
 
 def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
-            show_users: bool = False, kube: KubeOptions = KubeOptions()) -> Run:
+            show_users: bool = False, kube: KubeOptions = KubeOptions(), snapshot: LiveSnapshot | None = None,
+            inventory_progress: Callable[[int, int], None] | None = None) -> Run:
     """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
     The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
     controller that does not answer is an error, never "nothing live". With a Kubernetes target
-    the API server is read unless ``offline`` (``kube``: how to reach it). ``show_users``: name
-    the owners of running jobs in the plan. Raises ``InputError``/``TargetError`` for unreadable
-    or invalid input."""
+    the API server is read unless ``offline`` (``kube``: how to reach it). ``snapshot``: read
+    every live thing (Slurm files, controller, API server) from this live snapshot instead.
+    ``show_users``: name the owners of running jobs in the plan. ``inventory_progress(done,
+    total)``: told as the inventory is read (``load_inventory``'s ``on_progress``). Raises
+    ``InputError``/``TargetError`` for unreadable or invalid input."""
     now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
@@ -81,10 +87,11 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
                          "cannot hold spaces or shell characters; expected letters, digits and _ . / -",
                          file=intent.source.file, field="targets.slurm.configDir")
     inventory = provenance.Digest()
-    nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()))
+    nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()),
+                           on_progress=inventory_progress)
     fabric = build_fabric(nodes)
     if intent.slurm_enabled:
-        live = slurm_target.read_live(intent)
+        live = slurm_target.read_live(intent, snapshot.files(intent.slurm.config_dir) if snapshot else DISK)
         record = state.read_record(intent.slurm.config_dir)
         desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
         files = render_slurm(intent, desired)
@@ -93,6 +100,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         desired = plan_slurm(intent, fabric, History())
         files = {}
     diags: list[Diagnostic] = list(desired.diagnostics)
+    if snapshot is not None:
+        diags.append(_snapshot_note(snapshot, now))
     if intent.slurm_enabled:
         diags += slurm_target.check(intent, live, desired.placed_hosts)
     else:
@@ -105,10 +114,10 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     kpass = None
     if intent.kubernetes is not None:
         kpass = kubesync.plan(intent, desired, _domains(fabric), state.read_kube_record(), health, now, kube,
-                              offline=offline)
+                              offline=offline, replay=snapshot.kubernetes() if snapshot else None)
         diags += kpass.diagnostics
     if intent.slurm_enabled:
-        ctl, view = _controller(intent, desired, live, offline, diags)
+        ctl, view = _controller(intent, desired, live, offline, diags, snapshot)
     slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
     node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
@@ -120,7 +129,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         provenance.kubernetes(kpass.live) if kpass is not None else None,
         provenance.PlannedWith(provenance.where(intent.inventory_path, intent.path),
                                provenance.where(intent.slurm.config_dir, intent.path) if intent.slurm_enabled else None,
-                               offline, kube.force_conflicts, kube.prune_empty))
+                               offline, kube.force_conflicts, kube.prune_empty,
+                                               snapshot.taken_at if snapshot else None))
     plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view)
     plan.drift += imex_drift
     plan.show_users = show_users
@@ -133,21 +143,52 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
 
 
-def _controller(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, offline: bool,
-                diags: list[Diagnostic]) -> tuple[Controller | None, controllercheck.ControllerView | None]:
-    """Read and check the running controller, unless offline or no Slurm client is on PATH."""
-    if offline:
+def _controller(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, offline: bool, diags: list[Diagnostic],
+                snapshot: LiveSnapshot | None) -> tuple[Controller | None, controllercheck.ControllerView | None]:
+    """Read and check the running controller (or its answers in ``snapshot``), unless offline or
+    no Slurm client is on PATH."""
+    run_command: slurm_controller.Runner = slurm_controller.run
+    if snapshot is not None:
+        replay = snapshot.controller()
+        if replay is None:
+            diags.append(Diagnostic(INFO, "controller-not-read", f"{snapshot.controller_not_read()}: planned from "
+                                    "the snapshot's files alone; node drains are listed, not applied", "slurm"))
+            return None, None
+        run_command = replay
+    elif offline:
         diags.append(Diagnostic(INFO, "controller-not-read", "the running controller was not read (--offline): "
                                 "planned from the files alone; node drains are listed, not applied", "slurm"))
         return None, None
-    if not slurm_controller.client_available():
+    elif not slurm_controller.client_available():
         diags.append(Diagnostic(INFO, "controller-not-read", "scontrol is not on PATH: planned from the files "
                                 "alone; node drains are listed, not applied", "slurm"))
         return None, None
-    ctl = slurm_controller.read_controller()
+    ctl = slurm_controller.read_controller(run_command)
     view = controllercheck.compare(intent, desired, live, ctl)
     diags += view.diagnostics
     return ctl, view
+
+
+def _snapshot_note(snapshot: LiveSnapshot, now: dt.datetime) -> Diagnostic:
+    """Say where the live state came from; a warning once the snapshot is a day old, or when it
+    seems taken in the future (a clock skew: its age cannot be judged)."""
+    age = snapshot.age_s(now)
+    said = f"planned against the live snapshot {snapshot.name}, taken {snapshot.taken_at}"
+    if age < -FUTURE_SKEW_S:
+        return Diagnostic(WARNING, "live-snapshot", f"{said}, {_age(-age)} in the future: a clock is wrong, so its "
+                          "age is unknown", "live-snapshot")
+    if age > STALE_AFTER_S:
+        return Diagnostic(WARNING, "live-snapshot", f"{said} ({_age(age)} ago); the cluster may have moved since: "
+                          "take a new one", "live-snapshot")
+    return Diagnostic(INFO, "live-snapshot", f"{said} ({_age(age)} ago)", "live-snapshot")
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def replan_kubernetes(run: Run, kube: KubeOptions) -> KubePass:

@@ -70,18 +70,24 @@ class PlannedWith:
     """The settings a plan was made with, which ``apply --plan`` takes from it: the inventory and
     Slurm config dir (relative to the intent file's folder when inside it, else absolute; the
     config dir None when the Slurm target is off) and the ``--offline``, ``--force-conflicts`` and
-    ``--prune-empty`` switches."""
+    ``--prune-empty`` switches. ``live_snapshot``: when the live state came from ``--live-snapshot``,
+    the time that snapshot was taken (RFC 3339); such a plan is not applied."""
 
     inventory: str
     slurm_config_dir: str | None
     offline: bool
     force_conflicts: bool
     prune_empty: bool
+    live_snapshot: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``provenance.planned_with`` of the JSON plan."""
-        return {"inventory": self.inventory, "slurm_config_dir": self.slurm_config_dir, "offline": self.offline,
-                "force_conflicts": self.force_conflicts, "prune_empty": self.prune_empty}
+        """``provenance.planned_with`` of the JSON plan (``live_snapshot`` only when set)."""
+        out: dict[str, Any] = {"inventory": self.inventory, "slurm_config_dir": self.slurm_config_dir,
+                               "offline": self.offline, "force_conflicts": self.force_conflicts,
+                               "prune_empty": self.prune_empty}
+        if self.live_snapshot is not None:
+            out["live_snapshot"] = self.live_snapshot
+        return out
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 Kubernetes CronJob) and ``rackctl history`` (the passes it recorded).
 
 A pass holds the state dir's lock from start to end, in both modes, so two passes (or a pass and
-an ``apply``) never overlap; it is recorded in ``history.jsonl`` (``history.py``), exported as
-Prometheus metrics (its own registry: a node-exporter textfile, or an HTTP endpoint while
-looping) and logged as one line per event on standard error (text or JSON).
+an ``apply``) never overlap; with ``--lease`` it also holds a Kubernetes Lease (``leaselock.py``),
+so that passes that do not share a state dir (the pods of a CronJob) never overlap either. It is
+recorded in ``history.jsonl`` (``history.py``), exported as Prometheus metrics (its own registry:
+a node-exporter textfile, or an HTTP endpoint while looping) and logged as one line per event on
+standard error (text or JSON).
 
 Kept beside ``cli.py`` (which registers them) so that the command table stays short. A command is
 a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
@@ -13,6 +15,7 @@ a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -24,12 +27,12 @@ import time
 from collections import Counter as Tally
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
-from . import history, kubesync, outputs, pipeline, report
+from . import history, kubesync, leaselock, outputs, pipeline, report
 from .errors import InputError, RackctlError
 from .intent import duration_s, load_intent
 from .statedir import StateDir, default_state_dir
@@ -47,6 +50,13 @@ One reconcile pass (default) or, with --interval, a pass every DURATION until SI
 (the pass under way is finished first). A pass plans like `rackctl plan`; --mode apply then
 applies like `rackctl apply --auto-approve` (never asks). Passes never overlap: each holds the
 state dir's lock from start to end; a pass that finds it held fails at once, naming the holder.
+With --lease NAMESPACE/NAME a pass also holds that coordination.k8s.io/v1 Lease (through
+--kubeconfig/--context, else the pod's ServiceAccount), for passes that do not share a state dir
+(CronJob pods, several hosts): it is created if missing, renewed every 100 s while the pass runs
+and released at its end; a hold lapses 300 s after its last renewal (a killed pass). A pass that
+finds the Lease held fails at once ("lease NS/NAME is held by HOLDER since TIME (renewed TIME)")
+and, like one that finds the state dir locked, records nothing. The state dir's lock is taken
+first (a busy state dir is refused without a request to the API server).
 
 Every pass is recorded in <state-dir>/<cluster>/history.jsonl (the newest 200; `rackctl history`
 shows them) with its result: ok (nothing to do), drift (plan-only: changes pending), changed
@@ -58,8 +68,8 @@ one JSON object per line); the plan or apply output goes to standard output.
 exit codes (of the last pass when looping):
   0  the pass did its job (ok, changed, or drift in plan-only mode)
   2  drift in plan-only mode with --fail-on-drift
-  1  the pass failed (errors in the plan, unreadable input, a failed apply, the lock held), or
-     bad arguments
+  1  the pass failed (errors in the plan, unreadable input, a failed apply, the lock or the
+     Lease held), or bad arguments
 """
 
 HISTORY_HELP = """\
@@ -84,6 +94,9 @@ def add_reconcile_parser(sub, make_sub) -> None:
     r.add_argument("--interval", metavar="DURATION", help="loop: a pass every DURATION (90s, 10m, 1h, 1d) "
                    "until SIGTERM/SIGINT")
     r.add_argument("--fail-on-drift", action="store_true", help="plan-only: exit 2 when the pass finds drift")
+    r.add_argument("--lease", metavar="NAMESPACE/NAME", help="also hold this coordination.k8s.io/v1 Lease "
+                   "during each pass (created if missing), so that passes in different pods or hosts never "
+                   "overlap; uses --kubeconfig/--context")
     metrics = r.add_mutually_exclusive_group()
     metrics.add_argument("--metrics-textfile", metavar="FILE", help="write the metrics to FILE after each pass "
                          "(node-exporter textfile collector; FILE should end in .prom)")
@@ -136,8 +149,15 @@ class Outcome:
 
 
 def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog, cluster: str) -> Outcome:
-    """One pass under the state dir's lock, recorded in the history (unless the lock was held).
-    ``cluster``: the cluster of the last intent read, used when the intent no longer loads."""
+    """One pass under the state dir's lock (and the ``--lease`` Lease), recorded in the history
+    unless the lock or the Lease was held: then the pass never ran, and its "failure" is another
+    pass's success. ``cluster``: the cluster of the last intent read, used when the intent no
+    longer loads.
+
+    The file lock is taken first: it costs no request, so a busy state dir is refused without
+    touching the API server, and every pass takes the two in the same order. A Lease that could
+    not be renewed during the pass is noted in the record's ``error`` (the result stays what the
+    pass did: it was not stopped half-way)."""
     out = Outcome(cluster, dt.datetime.now(dt.timezone.utc), args.mode, _file_digest(args.file))
     began = time.monotonic()
     log.event("info", "pass-start", cluster, mode=args.mode, intent_digest=out.intent_digest)
@@ -149,21 +169,49 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
             intent, failure = None, exc
         state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), out.cluster)
         with state.lock():
+            lease = None
             try:
                 if failure is not None:
                     raise failure
-                _plan_or_apply(args, kube, pipeline.compute(intent, state, offline=args.offline, kube=kube), out)
+                with _leased(args, log, out.cluster) as lease:
+                    _plan_or_apply(args, kube, pipeline.compute(intent, state, offline=args.offline, kube=kube), out)
+            except leaselock.LeaseHeld:
+                raise  # as when the state dir is locked: nothing of this pass to record
             except (RackctlError, OSError) as exc:
                 out.result, out.error = "failed", _message(exc)
+            if lease is not None and lease.problems:  # the first few: a long pass may fail to renew often
+                more = len(lease.problems) - 3
+                notes = lease.problems[:3] + ([f"{more} more lease problem(s)"] if more > 0 else [])
+                out.error = "; ".join(([out.error] if out.error else []) + notes)
             out.duration_s = time.monotonic() - began
             history.append(state, out.entry())
-    except (RackctlError, OSError) as exc:  # the lock is held, or the history could not be written
+    except (RackctlError, OSError) as exc:  # the lock or the Lease is held, or the history could not be written
         out.result, out.error = "failed", _message(exc)
         out.duration_s = time.monotonic() - began
     log.event("error" if out.result == "failed" else "info", "pass-result", out.cluster, mode=out.mode,
               result=out.result, duration_s=round(out.duration_s, 3), changes=out.changes, drift=out.drift,
               error=out.error)
     return out
+
+
+@contextlib.contextmanager
+def _leased(args: argparse.Namespace, log: EventLog, cluster: str) -> Iterator[leaselock.LeaseLock | None]:
+    """Hold the ``--lease`` Lease while the body runs (None without ``--lease``). Raises
+    ``LeaseHeld`` when another pass holds it, ``InputError``/``TargetError`` when it cannot be
+    reached. Renewal problems are logged as they happen (and kept in the lock's ``problems``)."""
+    if args.lease is None:
+        yield None
+        return
+    from .targets.kubernetes import connect
+
+    api_client = connect(args.kubeconfig, args.context)
+    ref = leaselock.parse_ref(args.lease)
+    try:
+        lock = leaselock.LeaseLock(api_client, ref)
+        with lock.held(lambda event, message: log.event("error", event, cluster, lease=str(ref), error=message)):
+            yield lock
+    finally:
+        api_client.close()
 
 
 def _plan_or_apply(args: argparse.Namespace, kube: kubesync.KubeOptions, run: pipeline.Run, out: Outcome) -> None:
@@ -331,10 +379,15 @@ def _check_options(args: argparse.Namespace) -> float | None:
     for flag, value in (("--file", args.file), ("--inventory", args.inventory),
                         ("--slurm-config-dir", args.slurm_config_dir), ("--state-dir", args.state_dir),
                         ("--kubeconfig", args.kubeconfig), ("--context", args.context),
-                        ("--interval", args.interval), ("--metrics-textfile", args.metrics_textfile),
-                        ("--metrics-address", args.metrics_address)):
+                        ("--lease", args.lease), ("--interval", args.interval),
+                        ("--metrics-textfile", args.metrics_textfile), ("--metrics-address", args.metrics_address)):
         if value == "":
             raise InputError("an empty value", field=flag)
+    if args.lease is not None:
+        leaselock.parse_ref(args.lease)  # raises InputError for --lease
+        if args.offline:
+            raise InputError("a Lease is held on the Kubernetes API server, which --offline never contacts",
+                             field="--lease")
     if args.fail_on_drift and args.mode != "plan-only":
         raise InputError("drift is reported in plan-only mode; apply mode corrects it", field="--fail-on-drift")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:

@@ -4,6 +4,9 @@ same data as the JSON plan."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import yaml
 
 from .diagnostics import ERROR, INFO, WARNING
 from .plan import Plan
@@ -22,13 +25,38 @@ _KUBE_NODE_ACTION = {**_NODE_ACTION, "drain": "taint/cordon", "resume": "release
 
 
 def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
-    """``fmt``: text | json | markdown. JSON is one document with a trailing newline.
-    ``command`` (plan | drift) names the report in the human views."""
-    if fmt == "json":
-        return json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n"
+    """``fmt``: text | json | yaml | markdown. JSON and YAML are one document (the same one) with
+    a trailing newline. ``command`` (plan | drift) names the report in the human views."""
+    if fmt in ("json", "yaml"):
+        return dump(plan.to_json(), fmt)
     if fmt == "markdown":
         return _markdown(plan, command)
     return _text(plan, command)
+
+
+class _YamlDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Safe YAML (libyaml when built in: a fleet's plan is tens of MB) with multi-line strings
+    (file diffs) as literal blocks, so they read as they would in a terminal."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted string where a block cannot hold the text exactly.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_YamlDumper.add_representer(str, _str)
+
+
+def dump(doc: Any, fmt: str) -> str:
+    """One data document as ``json`` (2-space indent) or ``yaml`` (block style, keys in the
+    order given), ending in a newline. ``doc`` holds only JSON types (dict, list, str, int,
+    float, bool, None), so ``yaml.safe_load`` of the YAML equals ``json.loads`` of the JSON.
+    Raises ``ValueError`` for another ``fmt``."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    if fmt == "yaml":
+        return yaml.dump(doc, Dumper=_YamlDumper, sort_keys=False, allow_unicode=True, width=100)
+    raise ValueError(f"not a data format: {fmt}")
 
 
 def _shown_diff(diff: str, limit: int = 0) -> list[str]:

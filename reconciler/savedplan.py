@@ -9,7 +9,8 @@ running controller, the Kubernetes live state) or, with equal inputs, when its c
 After an apply the live state has moved, so the same plan is stale. Refused before anything is
 read: a file that is not a plan this rackctl can apply (unreadable, not JSON, not the plan
 schema, a failed run's error document, another rackctl version), a plan with errors, and a plan
-made with ``--offline`` for a Kubernetes target (written only through the API server it skipped).
+made with ``--offline`` for a Kubernetes target (written only through the API server it skipped),
+and a plan made from a live snapshot (``plan --live-snapshot``: a review copy).
 
 As in Terraform, a saved plan carries its planning settings (``provenance.planned_with``):
 ``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts`` and ``--prune-empty``
@@ -17,21 +18,35 @@ come from the plan and are refused beside ``--plan``, as is ``--drain-first`` (w
 something else). How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
 the apply-time switches (``--no-reload``, ``--allow-stale-inventory``) stay the caller's: plan and
 apply may run with different credentials; the digests prove they saw the same state.
+
+A refusal writes nothing. What the plan file and the intent alone show is refused before the
+apply lock is taken (``check_settings``); the digests need the live state, read under the lock so
+that nothing moves between the check and the apply, and the lock leaves behind nothing it made
+(``StateDir.lock``).
+
+``provenance.planned_with`` is not covered by a digest: one would change the format of every plan
+for what the input digests mostly tell already. An edited path that leads to other inputs is
+refused as stale by their digests; one that leads to a copy with the same bytes is not told apart
+(what the plan recorded is true of it). A path that leads nowhere is judged by the intent: when the
+intent names that very path, the plan is as made and its inventory (or config dir) is missing
+now; otherwise the plan file was edited, or planned with ``--inventory``/``--slurm-config-dir``
+at a path that has moved, and the refusal says "stale or edited", naming the field. A Slurm config
+dir the plan found missing (``config-dir-missing``) is not refused: apply creates it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import __version__, schemas
 from .errors import InputError, RackctlError
+from .intent import Intent, load_intent
 from .plan import Plan
 from .provenance import NOT_READ, Provenance, resolve
-from .yamlsource import display_path, format_path, read_text
+from .yamlsource import display_path, read_json_object
 
 #: ``apply`` options that would change what is planned, by ``argparse`` dest: a saved plan
 #: brings its own settings, so these are refused beside ``--plan``.
@@ -52,6 +67,7 @@ class SavedPlan:
     changes: list[dict[str, Any]]
     provenance: Provenance
     cluster: str = ""
+    codes: frozenset[str] = frozenset()  # the codes of its diagnostics
 
 
 def load_for_apply(args: argparse.Namespace) -> SavedPlan:
@@ -85,46 +101,75 @@ def read(name: str) -> SavedPlan:
     if name == "":
         raise InputError("an empty path; expected a plan file (`rackctl plan --out FILE`)", field="--plan")
     shown = display_path(Path(name))
-    text = read_text(Path(name), what="saved plan", max_bytes=MAX_PLAN_BYTES)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not a rackctl plan: invalid JSON: {exc.msg} (column {exc.colno})", file=shown,
-                         line=exc.lineno, hint=AGAIN) from None
-    except (RecursionError, ValueError) as exc:  # nested too deeply, a number too long to read
-        raise InputError(f"not a rackctl plan: unreadable JSON ({type(exc).__name__})", file=shown,
-                         hint=AGAIN) from None
-    if not isinstance(doc, dict):
-        raise InputError("not a rackctl plan: expected the JSON object `rackctl plan --out` writes", file=shown,
-                         hint=AGAIN)
+    doc = read_json_object(Path(name), what="saved plan", kind="rackctl plan", max_bytes=MAX_PLAN_BYTES,
+                           hint=AGAIN)
     if "error" in doc and "changes" not in doc:
         raise InputError(f"holds a failed run, not a plan: {doc['error']}", file=shown, hint=AGAIN)
     made_by = doc.get("rackctl_version")
     if isinstance(made_by, str) and made_by != __version__:
         raise InputError(f"the plan was made by rackctl {made_by}, this is rackctl {__version__}; a saved plan "
                          "is applied only by the version that made it", file=shown, hint=AGAIN)
-    err = schemas.first_error("plan", doc)
-    if err is not None:
-        raise InputError(f"not a rackctl plan: {schemas.describe(err)}", file=shown,
-                         field=format_path(tuple(err.absolute_path)) or None, hint=AGAIN)
+    schemas.check_document("plan", doc, file=shown, what="rackctl plan", hint=AGAIN)
     errors = sum(d["severity"] == "error" for d in doc["diagnostics"])
     if errors:
         raise InputError(f"the plan has {errors} error(s); a plan with errors cannot be applied", file=shown,
                          hint="fix them, then " + AGAIN)
-    saved = SavedPlan(shown, doc["changes"], Provenance.from_json(doc["provenance"]), doc["cluster"])
+    saved = SavedPlan(shown, doc["changes"], Provenance.from_json(doc["provenance"]), doc["cluster"],
+                      frozenset(d["code"] for d in doc["diagnostics"]))
     if saved.provenance.kubernetes == NOT_READ:
         raise InputError("the plan was made with --offline: the Kubernetes target is written through its API "
                          "server and needs a plan that compared it", file=shown,
                          hint="plan again without --offline, with --out, and apply that file")
+    if saved.provenance.planned_with.live_snapshot is not None:
+        raise InputError(f"the plan was made from a live snapshot (taken {saved.provenance.planned_with.live_snapshot})"
+                         ", a copy of the live state for review, not the live state apply acts on", file=shown,
+                         hint="plan again where the cluster can be reached (without --live-snapshot), with --out, "
+                         "and apply that file")
     return saved
+
+
+def check_settings(saved: SavedPlan, intent: Intent) -> None:
+    """Refuse what the plan file and the intent alone show, before ``apply`` takes the lock or
+    reads anything live: a plan for another cluster, and a ``provenance.planned_with`` path (the
+    inventory; the Slurm config dir, unless the plan found it missing too) that names nothing
+    now. ``intent``: as loaded with the plan's settings (``load_for_apply``).
+
+    Raises ``RackctlError`` for another cluster and ``InputError`` naming the plan file and the
+    ``provenance.planned_with`` field for a missing path: "missing now" when the intent names that
+    path itself, else "stale or edited"."""
+    _refuse_other_cluster(saved, intent.name)
+    made = saved.provenance.planned_with
+    own: Intent | None = None
+    for key, what, recorded, found_missing in (
+            ("inventory", "inventory", made.inventory, False),
+            ("slurm_config_dir", "Slurm config dir", made.slurm_config_dir, "config-dir-missing" in saved.codes)):
+        if recorded is None or found_missing:  # a config dir the plan found missing is created by apply
+            continue
+        path = resolve(recorded, intent.path)
+        if path.exists():  # where it leads, the digests decide
+            continue
+        own = own or load_intent(intent.path)  # the intent's own paths, without the plan's settings
+        named = own.inventory_path if key == "inventory" else own.slurm.config_dir if own.slurm_enabled else None
+        field = f"provenance.planned_with.{key}"
+        if named is not None and named.resolve() == path.resolve():
+            raise InputError(f"the {what} the plan was made from, {display_path(path)}, is missing now; nothing was "
+                             "applied", file=saved.name, field=field, hint=f"put it back, or {AGAIN}")
+        raise InputError(f"the plan is stale or was edited: {recorded!r} names no {what} ({display_path(path)} does "
+                         f"not exist), and the intent names another; nothing was applied", file=saved.name,
+                         field=field, hint=f"the plan file was edited, or the {what} it was planned with moved since; "
+                         + AGAIN)
+
+
+def _refuse_other_cluster(saved: SavedPlan, cluster: str) -> None:
+    if saved.cluster != cluster:
+        raise RackctlError(f"the saved plan {saved.name} is for cluster {saved.cluster!r}, the intent is "
+                           f"{cluster!r}; nothing was applied", hint=AGAIN)
 
 
 def check_current(saved: SavedPlan, plan: Plan) -> None:
     """Refuse unless ``plan``, computed now, is what ``saved`` recorded: every digest of its
     inputs equal, then every change equal. Raises ``RackctlError`` naming what differs."""
-    if saved.cluster != plan.cluster:
-        raise RackctlError(f"the saved plan {saved.name} is for cluster {saved.cluster!r}, the intent is "
-                           f"{plan.cluster!r}; nothing was applied", hint=AGAIN)
+    _refuse_other_cluster(saved, plan.cluster)
     stale = saved.provenance.changed(plan.provenance)
     if stale:
         raise RackctlError(f"the saved plan {saved.name} is stale: {'; '.join(stale)}; nothing was applied",

@@ -118,7 +118,7 @@ def first_error(name: str, data: Any, *, floats: bool = True) -> jsonschema.Vali
         errors = [jsonschema.ValidationError(
             fast_error.message.replace("data", "value", 1), validator=fast_error.rule,
             path=list(fast_error.path or [])[1:], instance=fast_error.value, schema=definition,
-            validator_value=definition.get(fast_error.rule))]
+            validator_value=definition.get(fast_error.rule), type_checker=validator(name).TYPE_CHECKER)]
     best = jsonschema.exceptions.best_match(errors)
     while best is not None and best.validator in ("oneOf", "anyOf") and best.context:
         branches: dict[Any, list[jsonschema.ValidationError]] = {}
@@ -153,6 +153,16 @@ def check(name: str, data: Any, *, locate: Callable[[tuple, str], InputError] | 
         raise locate(path, message)
     from .yamlsource import format_path  # local: keeps this module free of YAML concerns
     raise InputError(message, file=file, field=format_path(path) or None)
+
+
+def check_document(name: str, doc: Any, *, file: str, what: str, hint: str) -> None:
+    """Validate a whole JSON document read from ``file`` (a saved plan, a live snapshot) against
+    schema ``name``. Raises ``InputError`` "not a WHAT: ..." naming the file, the field and ``hint``."""
+    err = first_error(name, doc)
+    if err is not None:
+        from .yamlsource import format_path  # local: keeps this module free of YAML concerns
+        raise InputError(f"not a {what}: {describe(err)}", file=file, field=format_path(tuple(err.absolute_path))
+                         or None, hint=hint)
 
 
 def _has_float(data: Any) -> bool:

@@ -5,6 +5,8 @@ Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``
 ``~/.local/state/rackctl``), one folder per cluster (the intent's ``metadata.name``)::
 
     <cluster>/lock                  flock(2) lock; holds "PID N on HOST since TIME" of the holder
+                                    (removed again, with the folders made for it, by a holder that
+                                    made it and added nothing else: a refused apply)
     <cluster>/applied.json          last successful apply (file digests, block layout)
     <cluster>/health.json           per-tray health history for drain/resume damping
     <cluster>/kubernetes.json       what the last Kubernetes apply set (digests per Node and object)
@@ -30,7 +32,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from .atomicfile import atomic_write
 from . import hostlist
-from .errors import InputError, TargetError
+from .errors import InputError, TargetError, malformed_why
 from .kubeplan import KubeRecord
 from .nodestates import HealthHistory
 from .yamlsource import read_bytes_capped
@@ -38,6 +40,7 @@ from .yamlsource import read_bytes_capped
 RECORD_FORMAT = 1
 _ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]{2,45}")  # rackctl records only IPs
 KEEP_BACKUPS = 10
+LOCK_TRIES = 100  # a lock file removed by its last holder as we open it is opened again
 MAX_RECORD_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
@@ -115,8 +118,7 @@ class StateDir:
             return AppliedRecord(doc["configDir"], dict(doc["files"]), blocks, doc["appliedAt"],
                                  doc["rackctlVersion"], imex)
         except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:
-            why = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
-            raise TargetError(f"{f}: malformed apply record ({why})", hint=hint) from None
+            raise TargetError(f"{f}: malformed apply record ({malformed_why(exc)})", hint=hint) from None
 
     def read_health(self) -> HealthHistory:
         """The trays' health history (empty when none yet). Raises ``TargetError`` when it exists
@@ -153,7 +155,7 @@ class StateDir:
         try:
             return build(json.loads(raw.decode("utf-8")))
         except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise unreadable(f"{type(exc).__name__}: {exc}") from None
+            raise unreadable(malformed_why(exc)) from None
 
     def write_kube_record(self, record: KubeRecord) -> None:
         doc = {"format": RECORD_FORMAT, "labels": dict(sorted(record.labels.items())),
@@ -178,25 +180,57 @@ class StateDir:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the cluster's apply lock; raise ``TargetError`` naming the holder (PID, host, since
-        when) if taken."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        when) if taken. When the holder added nothing else, the lock file it created and the
+        folders it created for it are removed on release, so that a refused apply leaves the
+        state dir's files as it found them."""
+        made = _missing_folders(self.path)
+        fd, created = self._take_lock()
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _lock_holder(fd)
-                raise TargetError(f"state dir {self.path} is locked by {holder}",
-                                  hint="wait for the other apply or reconcile pass to finish") from None
+            found = _others(self.path)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {now_rfc3339()}\n".encode(), 0)
             try:
                 yield
             finally:
                 os.ftruncate(fd, 0)
+                # Removed while still held: a process that opened it meanwhile sees that (_take_lock).
+                # Only when the holder added nothing: after records were written it stays with them.
+                if created and _others(self.path) == found:
+                    _remove_made(self.path / "lock", made)
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _take_lock(self) -> tuple[int, bool]:
+        """Open and flock the lock file, creating it (and its folders) when missing: ``(fd,
+        whether this call created the file)``. Raises ``TargetError`` naming the holder when
+        another process holds the lock."""
+        path = self.path / "lock"
+        for _ in range(LOCK_TRIES):
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                try:
+                    fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+                except FileExistsError:
+                    fd, created = os.open(path, os.O_RDWR), False
+            except FileNotFoundError:  # the last holder removed the file or its folder just now
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                current = _is_at(fd, path)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise TargetError(f"state dir {self.path} is locked by {holder}",
+                                  hint="wait for the other apply or reconcile pass to finish") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if current:
+                return fd, created
+            os.close(fd)  # its last holder removed it after we opened it: lock the one there now
+        raise TargetError(f"state dir {self.path}: the lock file was replaced {LOCK_TRIES} times while taking it",
+                          hint="another apply or reconcile pass is starting and ending over and over; try again")
 
     def backup(self, files: dict[str, bytes | None]) -> Path:
         """Save the current bytes of ``files`` (None: did not exist) and return the backup folder."""
@@ -217,6 +251,42 @@ class StateDir:
         folders = sorted((self.path / "backups").iterdir())
         for old in folders[:-KEEP_BACKUPS]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, innermost first."""
+    out = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _others(folder: Path) -> set[str] | None:
+    """The names in ``folder`` but the lock file's; None when it cannot be listed."""
+    try:
+        return set(os.listdir(folder)) - {"lock"}
+    except OSError:
+        return None
+
+
+def _remove_made(lock: Path, made: list[Path]) -> None:
+    """Remove the lock file, then each folder of ``made`` (innermost first) while it is empty.
+    Best effort: this runs as the lock is released, where an error would hide the run's own."""
+    with contextlib.suppress(OSError):
+        lock.unlink()
+        for folder in made:
+            folder.rmdir()  # OSError when not empty: what another run wrote there stays
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not removed or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
 def _lock_holder(fd: int) -> str:

@@ -50,7 +50,6 @@ controller as values and the sbatch runner as a function; ``run_verify`` at the 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -63,6 +62,7 @@ from .errors import RackctlError, TargetError
 from .fabric import Fabric
 from .intent import Intent
 from .planner import DesiredSlurm
+from .report import dump
 from .statedir import StateDir
 from .targets import slurm_controller
 
@@ -564,9 +564,9 @@ def summary_line(report: Report) -> str:
 
 
 def render(report: Report, fmt: str) -> str:
-    """``text`` | ``markdown`` | ``json`` (one document)."""
-    if fmt == "json":
-        return json.dumps(report.to_json(), indent=2) + "\n"
+    """``text`` | ``markdown`` | ``json`` | ``yaml`` (one document, the same in both)."""
+    if fmt in ("json", "yaml"):
+        return dump(report.to_json(), fmt)
     if fmt == "markdown":
         return _markdown(report)
     return _text(report)

@@ -52,7 +52,7 @@ def add_verify_parser(sub, make_sub) -> None:
     s.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
     s.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
     s.add_argument("--state-dir", metavar="DIR", help="rackctl state (apply records); default $XDG_STATE_HOME/rackctl")
-    s.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    s.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text")
     s.set_defaults(func=cmd_verify_slurm)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import kubesync, outputs, pipeline
+from . import kubesync, outputs, pipeline, progress, snapshot
 from .atomicfile import atomic_write
 from .errors import InputError
 from .htmlreport import render_html
@@ -74,11 +74,15 @@ def _run(args: argparse.Namespace) -> pipeline.Run:
                         ("--context", args.context), ("--out", getattr(args, "out", None))):
         if value == "":
             raise InputError("an empty value", field=flag)
+    outputs.check_out_file(getattr(args, "out", None))
     intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
     state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
     outputs.refuse_run_inputs(getattr(args, "out", None), intent, state.path, field="--out")
-    return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(
-        args.kubeconfig, args.context, args.force_conflicts, args.prune_empty))
+    with progress.bar("reading inventory") as bar:
+        return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(
+            args.kubeconfig, args.context, args.force_conflicts, args.prune_empty),
+            snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, getattr(args, "out", None)),
+            inventory_progress=bar.callback)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

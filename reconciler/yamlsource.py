@@ -6,6 +6,7 @@ path (``("racks", 2, "select")``) to its 1-based line. Only ``yaml.SafeLoader`` 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -79,6 +80,27 @@ def read_text(path: Path, *, what: str, max_bytes: int) -> str:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", file=name, line=line) from None
+
+
+def read_json_object(path: Path, *, what: str, max_bytes: int, hint: str, kind: str | None = None) -> dict[str, Any]:
+    """Read a file holding one JSON object (a saved plan, a live snapshot), as ``read_text``.
+
+    Raises ``InputError`` naming the file, "not a KIND" (default ``what``), the line of a syntax
+    error and ``hint`` (how to get a good one) for invalid or unreadable JSON (too deep, a number
+    too long) and for a document that is not an object; and as ``read_text`` does."""
+    shown = display_path(path)
+    text = read_text(path, what=what, max_bytes=max_bytes)
+    what = kind or what
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not a {what}: invalid JSON: {exc.msg} (column {exc.colno})", file=shown,
+                         line=exc.lineno, hint=hint) from None
+    except (RecursionError, ValueError) as exc:  # nested too deeply, a number too long to read
+        raise InputError(f"not a {what}: unreadable JSON ({type(exc).__name__})", file=shown, hint=hint) from None
+    if not isinstance(doc, dict):
+        raise InputError(f"not a {what}: expected a JSON object", file=shown, hint=hint)
+    return doc
 
 
 def read_bytes_capped(path: Path, *, what: str, max_bytes: int, error) -> bytes | None:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from clihelp import EXAMPLES_DIR
-from fakekube import CRD_DIR, FakeKube
+from fakekube import CRD_DIR, FakeKube, running
 from reconciler.inventory.store import load_inventory
 
 EXAMPLE = EXAMPLES_DIR / "dc1-gb200-kubernetes"
@@ -34,6 +34,38 @@ def kube(tmp_path):  # imported by the test modules that use it
     server = FakeKube(tmp_path / "kube", crds=[CRD_DIR / "kueue-v1beta2.yaml", CRD_DIR / "computedomains.yaml"])
     yield server
     server.stop()
+
+
+def contract_backend(tmp_path_factory, crds=()):
+    """For a module-scoped ``backend`` fixture of contract tests: yields ``(api_client, FakeKube)``,
+    or ``(api_client, None)`` for the real cluster of ``$RACKCTL_E2E_KUBECONFIG`` (the explicit
+    opt-in: nothing else ever reaches a real cluster)."""
+    import os
+
+    import kubernetes
+
+    e2e = os.environ.get("RACKCTL_E2E_KUBECONFIG")
+    if e2e:
+        yield kubernetes.config.new_client_from_config(config_file=e2e), None
+        return
+    with running(tmp_path_factory.mktemp("fakekube"), crds) as fake:
+        yield fake.api_client(), fake
+
+
+def kubernetes_only_rack_cliques(kube, tmp_path: Path) -> Path:
+    """The rack-cliques example (gb-r02-n05 unhealthy) as a Kubernetes-only intent written into
+    ``tmp_path``, a Node registered for each of its trays; returns the intent file."""
+    inventory = EXAMPLES_DIR / "rack-cliques" / "inventory.json"
+    doc = yaml.safe_load((EXAMPLES_DIR / "rack-cliques" / "intent.yaml").read_text())
+    doc["inventory"]["path"] = str(inventory)
+    doc["targets"] = {"kubernetes": {"unhealthyNodes": "taint"}}
+    for t in doc["tiers"]:
+        t.pop("slurm")
+    intent = tmp_path / "intent.yaml"
+    intent.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for h in hosts_of(inventory):
+        kube.seed(node(h))
+    return intent
 
 
 def example_on(kube, tmp_path: Path, **node_labels: str) -> tuple[Path, list]:

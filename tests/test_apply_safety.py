@@ -224,6 +224,48 @@ def test_a_concurrent_apply_is_refused_while_the_lock_is_held(tmp_path):
     assert site.run("apply").rc == 0  # the lock goes with its holder
 
 
+def test_a_lock_whose_holder_wrote_nothing_leaves_nothing(tmp_path):
+    from reconciler.statedir import StateDir
+
+    state = StateDir(tmp_path / "xdg" / "rackctl", CLUSTER)
+    with state.lock():
+        assert (state.path / "lock").read_text().startswith(f"PID {os.getpid()} on ")
+    assert list(tmp_path.iterdir()) == []  # nor the folders it made
+    state.path.mkdir(parents=True)
+    with state.lock():
+        pass
+    assert list(state.path.iterdir()) == []
+    with state.lock():
+        state.write_health(state.read_health())
+    assert sorted(p.name for p in state.path.iterdir()) == ["health.json", "lock"]  # kept beside records
+    with state.lock():
+        pass
+    assert sorted(p.name for p in state.path.iterdir()) == ["health.json", "lock"]
+
+
+def test_a_lock_file_removed_as_it_is_taken_is_not_the_lock_any_more(tmp_path, monkeypatch):
+    # Its last holder removed it after this process opened it: holding that one would let a
+    # third process, which made a fresh lock file, run at the same time.
+    from reconciler import statedir
+
+    state = statedir.StateDir(tmp_path, CLUSTER)
+    real_flock, replaced = statedir.fcntl.flock, []
+
+    def flock(fd, op):
+        if not replaced:
+            replaced.append(True)
+            os.unlink(state.path / "lock")
+            (state.path / "lock").write_text("")  # the third process's
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(statedir.fcntl, "flock", flock)
+    with state.lock():
+        assert replaced
+        with pytest.raises(statedir.TargetError, match="is locked by PID"):
+            with statedir.StateDir(tmp_path, CLUSTER).lock():
+                pass
+
+
 # ---- stray topology.yaml -----------------------------------------------------------------------
 
 def test_a_stray_topology_yaml_next_to_topology_conf_is_an_error_on_25_05(tmp_path):

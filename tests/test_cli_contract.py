@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from reconciler.inventory.store import load_inventory
 
@@ -127,6 +128,29 @@ def test_validate_json_is_one_document(example):
     doc = json.loads(res.out)
     assert doc["valid"] is True and doc["racks"] >= 1 and doc["block_sizes"]
     assert res.err == ""
+
+
+@pytest.mark.parametrize("command,rc", [("validate", 0), ("plan", 2), ("drift", 2)])
+def test_yaml_is_the_same_document_as_json(tmp_path, command, rc):
+    args = ["-f", intent_of("dc1-gb200")]
+    if command != "validate":
+        args += ["--offline", "--state-dir", tmp_path / "state"]
+    out = {}
+    for fmt in ("json", "yaml"):
+        res = rackctl(command, *args, "--format", fmt)
+        assert res.rc == rc and res.err == "", res  # the same exit code whatever the format
+        out[fmt] = res.out
+    assert not out["yaml"].lstrip().startswith("{")  # block YAML, not JSON passed off as YAML
+    assert yaml.safe_load(out["yaml"]) == json.loads(out["json"])
+
+
+def test_a_failing_command_with_yaml_writes_one_yaml_document(tmp_path):
+    bad = tmp_path / "intent.yaml"
+    bad.write_text(intent_of("two-racks-whole").read_text().replace("racks:", "rack:", 1))
+    docs = [rackctl("plan", "-f", bad, "--format", fmt, cwd=tmp_path) for fmt in ("json", "yaml")]
+    assert_one_error(docs[1])
+    assert yaml.safe_load(docs[1].out) == json.loads(docs[0].out)
+    assert "'rack' was unexpected" in yaml.safe_load(docs[1].out)["error"]
 
 
 @pytest.mark.parametrize("command", ["plan", "drift", "validate"])
@@ -278,7 +302,7 @@ def test_inventory_needs_exactly_one_output(fixtures_dir, tmp_path):
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "d").exists()
 
 
-@pytest.mark.parametrize("argv", [["plan", "--formt", "json"], ["plan"], ["drift", "-f", "x", "--format", "yaml"],
+@pytest.mark.parametrize("argv", [["plan", "--formt", "json"], ["plan"], ["drift", "-f", "x", "--format", "xml"],
                                   ["frobnicate"], []])
 def test_a_usage_error_exits_1_never_2(argv):
     # 2 means "changes" for plan and drift; a mistyped flag in CI must not read as a plan to review

@@ -133,7 +133,9 @@ def test_all_nodes_report(capsys, fake_slurm, tmp_path):
     assert res.rc == 0, res
     nodes = load_inventory(out)
     assert [n["hostname"] for n in nodes] == [f"gb-r01-n{i:02d}" for i in range(1, 13)]
-    assert "received 12/12 report(s)" in res.err and "warning" not in res.err
+    # no progress lines when standard error is not a terminal: only the summary
+    assert "wrote 12 NodeReport(s) of 12 node(s)" in res.err and "received" not in res.err
+    assert "warning" not in res.err
     # One srun for all nodes: the host list is compressed back, one task per node, labelled output.
     (call,) = fake_slurm.calls()
     assert "--nodelist=gb-r01-n[01-12]" in call and "--nodes=12" in call and "--label" in call
@@ -214,6 +216,15 @@ def test_timeout_keeps_what_arrived(tmp_path, monkeypatch):
     result = slurm_collect.collect(["n1", "n2"], timeout=1.5)
     assert [n["hostname"] for n in result.nodes] == ["n1"]
     assert result.timed_out and result.failures == {"n2": "no report (timed out)"}
+
+
+def test_progress_counts_the_reports_received(fake_slurm):
+    fake_slurm.plan(**{"gb-r01-n02": "fail"})
+    seen: list[tuple[int, int]] = []
+    result = slurm_collect.collect([f"gb-r01-n{i:02d}" for i in range(1, 5)], agent=str(fake_slurm.agent_path),
+                                   on_progress=lambda done, total: seen.append((done, total)))
+    assert len(result.nodes) == 3
+    assert seen == [(0, 4), (1, 4), (2, 4), (3, 4)]  # the failed node sent no report
 
 
 def test_labels_with_padding_and_split_lines_are_reassembled():

@@ -19,11 +19,11 @@ import secrets
 import time
 from pathlib import Path
 
-import kubernetes
 import pytest
 from kubernetes.client import ApisApi, CoreV1Api, CustomObjectsApi, VersionApi
 from kubernetes.client.exceptions import ApiException
 
+from kubehelp import contract_backend
 from fakekube import CRD_DIR, FakeKube, FakeKubeError, running
 
 E2E_KUBECONFIG = os.environ.get("RACKCTL_E2E_KUBECONFIG")
@@ -44,11 +44,7 @@ fake_only = pytest.mark.skipif(bool(E2E_KUBECONFIG), reason="pins the fake API s
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
     """(api_client, FakeKube or None) shared by the module's tests."""
-    if E2E_KUBECONFIG:
-        yield kubernetes.config.new_client_from_config(config_file=E2E_KUBECONFIG), None
-        return
-    with running(tmp_path_factory.mktemp("fakekube"), DEFAULT_CRDS) as fake:
-        yield fake.api_client(), fake
+    yield from contract_backend(tmp_path_factory, DEFAULT_CRDS)
 
 
 class Kube:

@@ -86,7 +86,7 @@ def test_history_round_trips_and_a_damaged_file_is_one_clear_error(tmp_path):
     state.write_health(h)
     assert state.read_health() == h
     (tmp_path / "c" / "health.json").write_text('{"unhealthy": {"n1": {"since": 1}}}')
-    with pytest.raises(TargetError, match=r"health.json: unreadable health history \(KeyError"):
+    with pytest.raises(TargetError, match=r"health.json: unreadable health history \(the field 'healthySince' is missing"):
         state.read_health()
 
 

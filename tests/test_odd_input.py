@@ -83,3 +83,17 @@ def test_reading_standard_input_is_refused_clearly(site):
     res = rackctl("plan", "-f", "-", cwd=site)
     assert res.rc == 1 and res.err == ("error: intent file '-': reading standard input is not supported; "
                                        "expected a file path\n"), res
+
+
+def test_an_include_of_a_missing_file_is_a_warning_naming_its_line(site):
+    # was silent: the plan looked fine while slurmctld could not read slurm.conf
+    conf = site / "slurm" / "slurm.conf"
+    conf.write_text(conf.read_text() + "Include nodes-extra.conf\n")
+    line = len(conf.read_text().splitlines())
+    res = plan(site, "--format", "json")
+    assert res.rc == 2, res  # a warning never changes the exit code
+    found = [d for d in json.loads(res.out)["diagnostics"] if d["code"] == "include-unread"]
+    assert [(d["severity"], d["subject"]) for d in found] == [("warning", "slurm.conf")]
+    assert found[0]["message"].startswith(f"slurm/slurm.conf:{line}: Include nodes-extra.conf: no such file"), found
+    text = plan(site)
+    assert text.rc == 2 and f"slurm/slurm.conf:{line}: Include nodes-extra.conf: no such file" in text.out, text

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
+from clihelp import EXAMPLES_DIR, GOOD_CAPTURE, assert_one_error, rackctl
 
 EXAMPLE = EXAMPLES_DIR / "rack-cliques"
 
@@ -96,3 +96,45 @@ def test_history_of_a_state_dir_that_does_not_exist_is_an_error(site, tmp_path):
     msg = _unchanged(site, lambda: rackctl("history", "-f", site / "intent.yaml", "--state-dir", tmp_path / "typo",
                                            cwd=site))
     assert "--state-dir: " in msg and "typo: no such folder" in msg, msg
+
+
+def _out_commands(site):
+    """Every command with ``--out FILE``: argv without the ``--out`` value."""
+    (site / "gb-x-n01.txt").write_text(GOOD_CAPTURE)
+    plan = ["-f", site / "intent.yaml", "--slurm-config-dir", site / "slurm", "--state-dir", site / "state"]
+    return {"plan": ["plan", *plan], "report": ["report", *plan], "discover": ["discover", "--hostname", "x"],
+            "inventory": ["inventory", site / "gb-x-n01.txt"],
+            "inventory --from-nodes": ["inventory", "--from-nodes", site / "nodes.yaml"],
+            "simulate": ["simulate", "--racks", "1", "--intent", site / "sim-intent.yaml"],
+            "collect slurm": ["collect", "slurm", "--nodelist", "gb-x-n01"],
+            "collect kubernetes": ["collect", "kubernetes", "--from-file", site / "nodes.yaml"],
+            "import": ["import", "--slurm-config-dir", site / "slurm", "--inventory", site / "inventory.json"]}
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "discover", "inventory", "inventory --from-nodes", "simulate",
+                                     "collect slurm", "collect kubernetes", "import"])
+def test_out_names_a_file_never_a_directory(site, tmp_path, command):
+    # checked before any work: a fleet-wide collect or a plan is not lost at the end for a typo
+    argv = _out_commands(site)[command]
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    msg = _unchanged(site, lambda: rackctl(*argv, "--out", folder, cwd=site))
+    assert f"--out: {folder}: a directory is in the way; a file was expected" in msg, msg
+    assert list(folder.iterdir()) == []
+    msg = _unchanged(site, lambda: rackctl(*argv, "--out", f"{tmp_path}/new/", cwd=site))
+    assert f"--out: {tmp_path}/new/: names a directory (it ends in /); a file was expected" in msg, msg
+    assert not (tmp_path / "new").exists()
+    if command.startswith(("inventory", "collect", "simulate")):
+        assert "use --out-dir DIR" in msg, msg
+
+
+def test_simulate_writes_no_intent_when_its_inventory_cannot_be_written(site, tmp_path):
+    (tmp_path / "in-the-way").write_text("")
+    res = rackctl("simulate", "--racks", "1", "--out-dir", tmp_path / "in-the-way", "--intent", tmp_path / "i.yaml")
+    assert "in-the-way: a file is in the way; a directory was expected there" in assert_one_error(res)
+    assert not (tmp_path / "i.yaml").exists()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    msg = assert_one_error(rackctl("simulate", "--racks", "1", "--out-dir", tmp_path / "inv", "--intent", folder))
+    assert "--intent: " in msg and "a directory is in the way" in msg, msg
+    assert not (tmp_path / "inv").exists()

@@ -1,14 +1,17 @@
 """``rackctl reconcile`` and ``rackctl history`` (issue 6, part 4): passes in plan-only and apply
 mode, exit codes for a CronJob, passes that never overlap (two real processes), the bounded
 history, metrics as a textfile and over HTTP, the loop ended by SIGTERM after its pass, the
-structured logs and bad input. Real example files, the real CLI in subprocesses."""
+structured logs and bad input; with --lease, passes that share no state dir kept apart by a Lease
+on the fake API server. Real example files, the real CLI in subprocesses."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -24,8 +27,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from clihelp import MANAGED, ROOT, assert_one_error, copy_example, rackctl, run_main, snapshot
+from kubehelp import get_node, kubernetes_only_rack_cliques
+from reconciler.leaselock import micro_time, parse_time
 
 CLUSTER = "dc1-gb200"  # the example's metadata.name
+LEASE = ("rackctl", "rackctl-reconcile")
 RELOAD_LINE = 'reload: ["scontrol", "reconfigure"]'
 
 
@@ -112,6 +118,14 @@ class Lines:
             if predicate(line):
                 return line
         raise AssertionError(f"no such line within {timeout}s; seen: {self.seen}")
+
+
+def wait_until(predicate, timeout: float = 30) -> None:
+    """Poll ``predicate()`` until it is truthy (AssertionError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{predicate} still false after {timeout}s"
+        time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -209,23 +223,72 @@ def test_a_failed_pass_exits_1_and_is_recorded_with_its_error(tmp_path):
     assert m[("rackctl_reconcile_last_success_timestamp_seconds", ())] == pytest.approx(good, abs=0.01)
 
 
+@pytest.mark.parametrize("break_it", ["inventory-gone", "inventory-garbled"])
+def test_a_failed_pass_records_the_message_the_cli_prints(tmp_path, break_it):
+    site = Site(tmp_path)
+    inventory = site.intent.parent / "inventory"
+    if break_it == "inventory-gone":
+        inventory.rename(tmp_path / "moved-away")
+    else:
+        (sorted(inventory.iterdir())[0]).write_text('{"hostname": ')
+    cli = rackctl("plan", "-f", site.intent, "--state-dir", site.state, cwd=site.tmp)
+    message = assert_one_error(cli).removeprefix("error: ")
+    res = site.run()
+    assert res.rc == 1, res
+    [entry] = site.passes()
+    # the same words, as one line (a hint after "; "), not a Python exception's class name
+    assert entry["error"] == "; ".join(line.strip() for line in message.splitlines())
+    assert not re.search(r"\b[A-Za-z]*(Error|Exception)\b", entry["error"]), entry["error"]
+
+
+def test_a_kubernetes_pass_exports_the_trays_it_taints(kube, tmp_path, capsys):
+    intent = kubernetes_only_rack_cliques(kube, tmp_path)  # gb-r02-n05 is unhealthy
+    prom = tmp_path / "rackctl.prom"
+    base = ["reconcile", "-f", intent, "--kubeconfig", kube.kubeconfig, "--state-dir", tmp_path / "state",
+            "--metrics-textfile", prom]
+    drained = ("rackctl_trays_drained", (("target", "kubernetes"),))
+    seen = []
+    for mode in ("apply", "apply", "apply", "plan-only"):
+        assert run_main(capsys, *base, "--mode", mode).rc == 0
+        m = parse_metrics(prom.read_text())
+        assert ("rackctl_trays_drained", (("target", "slurm"),)) not in m  # no Slurm target, no series
+        seen.append(m[drained])
+    # the first pass holds the taint back (damping: unhealthy on 1 of 2 passes); the second
+    # taints; later passes find it tainted
+    assert seen == [0, 1, 1, 1]
+    taints = get_node(kube, "gb-r02-n05")["spec"]["taints"]
+    assert [t["key"] for t in taints] == ["rackctl.dev/unhealthy"]
+
+
 # ---- passes never overlap ------------------------------------------------------------------------
+
+def _race(a, b, lock: str):
+    """(loser, winner) of two passes started together: the loser fails at once, the winner
+    waits in its reload until released."""
+    deadline = time.monotonic() + 60
+    while a.poll() is None and b.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    loser, winner = (a, b) if a.poll() is not None else (b, a)
+    assert loser.poll() == 1, f"one pass must fail at once while the other holds {lock}"
+    assert winner.poll() is None, "the winner waits in its reload until released"
+    return loser, winner
+
+
+def _winner_finishes(site, winner) -> None:
+    wait_until(site.reloads)  # the loser may fail before the winner reaches its reload
+    assert len(site.reloads()) == 1  # the winner is in its reload; the loser never got there
+    site.release()
+    assert winner.wait(timeout=60) == 0, winner.stderr.read()
+
 
 def test_two_passes_started_together_never_overlap(tmp_path):
     site = Site(tmp_path, waiting_reload=True)
     a, b = site.start("--mode", "apply"), site.start("--mode", "apply")
     try:
-        deadline = time.monotonic() + 60
-        while a.poll() is None and b.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        loser, winner = (a, b) if a.poll() is not None else (b, a)
-        assert loser.poll() == 1, "one pass must fail at once while the other holds the lock"
-        assert winner.poll() is None, "the winner waits in its reload until released"
+        loser, winner = _race(a, b, "the lock")
         err = loser.stderr.read()
         assert f"is locked by PID {winner.pid} on {socket.gethostname()} since 20" in err, err
-        assert len(site.reloads()) == 1  # the winner is in its reload; the loser never got there
-        site.release()
-        assert winner.wait(timeout=60) == 0, winner.stderr.read()
+        _winner_finishes(site, winner)
     finally:
         site.release()
         stop(a)
@@ -233,6 +296,113 @@ def test_two_passes_started_together_never_overlap(tmp_path):
     [entry] = site.passes()  # the loser, which never held the lock, recorded nothing
     assert (entry["mode"], entry["result"]) == ("apply", "changed")
     assert len(site.reloads()) == 1
+
+
+def lease_of(kube) -> dict:
+    from kubernetes.client import CoordinationV1Api
+
+    return CoordinationV1Api(kube.api_client()).read_namespaced_lease(LEASE[1], LEASE[0]).to_dict()["spec"]
+
+
+def seed_lease(kube, holder: str, renewed_s_ago: float, transitions: int = 0) -> None:
+    now = time.time()
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE[0]}})
+    kube.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": LEASE[1], "namespace": LEASE[0]},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 300, "leaseTransitions": transitions,
+                        "acquireTime": micro_time(dt.datetime.fromtimestamp(now - 3600, dt.timezone.utc)),
+                        "renewTime": micro_time(dt.datetime.fromtimestamp(now - renewed_s_ago, dt.timezone.utc))}})
+
+
+def test_a_lease_renewal_that_fails_is_logged_and_noted_in_the_record(tmp_path, kube, capsys, monkeypatch):
+    from reconciler import leaselock, reconcilecmd
+    from reconciler.errors import TargetError
+
+    class Flaky(leaselock.LeaseLock):
+        def __init__(self, api_client, ref):
+            super().__init__(api_client, ref, duration_s=1)  # renewed every 1/3 s
+
+        def renew(self):
+            raise TargetError("kubernetes: renew Lease: HTTP 503 from the API server: unavailable")
+
+    plan_or_apply = reconcilecmd._plan_or_apply
+
+    def slow(*args):  # a pass long enough for a renewal
+        time.sleep(0.8)
+        plan_or_apply(*args)
+
+    monkeypatch.setattr(leaselock, "LeaseLock", Flaky)
+    monkeypatch.setattr(reconcilecmd, "_plan_or_apply", slow)
+    site = Site(tmp_path)
+    seed_lease(kube, "", renewed_s_ago=0)
+    res = run_main(capsys, *site.args("--lease", "/".join(LEASE), "--kubeconfig", kube.kubeconfig,
+                                      "--log-format", "json"))
+    assert res.rc == 0, res  # the pass was not stopped half-way
+    note = ("lease rackctl/rackctl-reconcile not renewed: kubernetes: renew Lease: HTTP 503 from the API server: "
+            "unavailable")
+    failed = [e for e in events(res.err) if e["event"] == "lease-renew-failed"]
+    assert failed and failed[0]["error"] == note and failed[0]["level"] == "error"
+    [entry] = site.passes()
+    assert entry["result"] == "drift" and entry["error"].startswith(note)
+    assert lease_of(kube)["holder_identity"] == ""  # released all the same
+
+
+def test_two_passes_with_a_lease_never_overlap_without_a_shared_state_dir(tmp_path, kube):
+    site = Site(tmp_path, waiting_reload=True)
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE[0]}})
+    lease = ["--lease", "/".join(LEASE), "--kubeconfig", kube.kubeconfig, "--mode", "apply"]
+    # two state dirs, as two pods of a CronJob have: only the Lease can keep them apart
+    a = site.start(*lease, "--state-dir", tmp_path / "state-a")
+    b = site.start(*lease, "--state-dir", tmp_path / "state-b")
+    try:
+        loser, winner = _race(a, b, "the Lease")
+        err = loser.stderr.read()
+        holder = f"rackctl reconcile, PID {winner.pid} on {socket.gethostname()}"
+        assert f"lease rackctl/rackctl-reconcile is held by {holder} since 20" in err, err
+        spec = lease_of(kube)
+        assert spec["holder_identity"] == holder and spec["lease_duration_seconds"] == 300
+        _winner_finishes(site, winner)
+    finally:
+        site.release()
+        stop(a)
+        stop(b)
+    assert len(site.reloads()) == 1
+    states = {p: tmp_path / f"state-{n}" / CLUSTER / "history.jsonl" for p, n in ((a, "a"), (b, "b"))}
+    assert not states[loser].exists()  # the loser never ran its pass: nothing recorded
+    [entry] = [json.loads(line) for line in states[winner].read_text().splitlines()]
+    assert (entry["result"], entry["error"]) == ("changed", None)
+    spec = lease_of(kube)
+    assert spec["holder_identity"] == "" and spec["lease_transitions"] == 0  # released at the end
+
+
+def test_a_held_lease_fails_the_pass_at_once_and_a_lapsed_one_is_taken_over(tmp_path, kube):
+    site = Site(tmp_path)
+    seed_lease(kube, "rackctl reconcile, PID 7 on pod-a", renewed_s_ago=10, transitions=2)
+    held = lease_of(kube)
+    args = ["--lease", "/".join(LEASE), "--kubeconfig", kube.kubeconfig, "--log-format", "json",
+            "--metrics-textfile", site.prom]
+    res = site.run(*args)
+    assert res.rc == 1, res
+    [_, result] = events(res.err)
+    assert result["result"] == "failed"
+    stamp = "%Y-%m-%dT%H:%M:%S.%fZ"
+    assert result["error"] == (
+        "lease rackctl/rackctl-reconcile is held by rackctl reconcile, PID 7 on pod-a since "
+        f"{held['acquire_time'].strftime(stamp)} (renewed {held['renew_time'].strftime(stamp)}); "
+        "hint: wait for that pass to finish; an abandoned hold lapses 300 s after its last renewal")
+    assert site.passes() == []  # as with the state dir's lock held: nothing recorded
+    assert site.metrics()[("rackctl_reconcile_passes_total", (("result", "failed"),))] == 1
+    assert lease_of(kube) == held  # untouched
+
+    seed_lease(kube, "rackctl reconcile, PID 7 on pod-a", renewed_s_ago=301, transitions=2)  # pod-a was killed
+    res = site.run(*args)
+    assert res.rc == 0, res
+    [entry] = site.passes()
+    assert (entry["result"], entry["error"]) == ("drift", None)
+    spec = lease_of(kube)
+    assert (spec["holder_identity"], spec["lease_transitions"]) == ("", 3)  # taken over, then released
+    assert abs(spec["acquire_time"].timestamp() - time.time()) < 60
+    assert parse_time(micro_time(spec["renew_time"])) >= parse_time(micro_time(spec["acquire_time"]))
 
 
 def test_the_history_keeps_the_newest_200_passes(tmp_path):
@@ -287,8 +457,14 @@ def test_the_metrics_endpoint_serves_on_loopback_and_stops_with_the_process(tmp_
         assert listen["address"] == "127.0.0.1"
         lines.wait_for(lambda line: '"pass-result"' in line)
         url = f"http://127.0.0.1:{listen['port']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            m = parse_metrics(resp.read().decode())
+
+        def scrape() -> dict:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return parse_metrics(resp.read().decode())
+
+        # the pass-result line is written just before the pass is counted: poll a moment
+        wait_until(lambda: scrape()[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 1)
+        m = scrape()
         assert m[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 1
         assert m[("rackctl_reconcile_drift", (("kind", "file"),))] == len(MANAGED)
         assert not [k for k in m if k[0].startswith("python_") or k[0].startswith("process_")]  # own registry
@@ -332,7 +508,8 @@ def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
     site.history.parent.mkdir(parents=True)
     site.history.write_text('{"start": "2025-01-01T00:00:00Z"}\n')
     msg = assert_one_error(rackctl(*base, cwd=tmp_path))
-    assert "history.jsonl:1: malformed reconcile history entry" in msg
+    assert "history.jsonl:1: malformed reconcile history entry (the field 'mode' is missing)" in msg
+    assert "KeyError" not in msg  # words, not a Python exception's class name
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -345,12 +522,25 @@ def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
     (["--metrics-address", "0.0.0.0"], "--metrics-address: an address to serve on needs --metrics-port"),
     (["--mode", "apply", "--fail-on-drift"], "--fail-on-drift: drift is reported in plan-only mode"),
     (["--metrics-textfile", "no-such-dir/rackctl.prom"], "--metrics-textfile: no-such-dir: no such folder"),
+    (["--lease", ""], "--lease: an empty value"),
+    (["--lease", "rackctl-reconcile"], "--lease: 'rackctl-reconcile' is not NAMESPACE/NAME"),
+    (["--lease", "Rackctl/rackctl-reconcile"], "--lease: namespace 'Rackctl' is not a DNS-1123 label"),
+    (["--lease", "rackctl/Reconcile_1"], "--lease: Lease name 'Reconcile_1' is not a DNS-1123 subdomain"),
+    (["--lease", "rackctl/x", "--offline"], "--lease: a Lease is held on the Kubernetes API server"),
 ])
 def test_bad_arguments_are_one_clear_error(tmp_path, capsys, monkeypatch, extra, words):
     site = Site(tmp_path)
     monkeypatch.chdir(tmp_path)
     msg = assert_one_error(run_main(capsys, *site.args(*extra)))
     assert words in msg
+    assert not site.state.exists()
+
+
+def test_a_bad_lease_is_one_line_from_the_real_cli(tmp_path):
+    site = Site(tmp_path)
+    res = site.run("--lease", "rackctl")
+    assert assert_one_error(res) == "error: --lease: 'rackctl' is not NAMESPACE/NAME; expected e.g. " \
+        "rackctl/rackctl-reconcile\n"
     assert not site.state.exists()
 
 
@@ -377,6 +567,7 @@ def parsed(argv: list[str]):
 
 def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
     from reconciler.intent import load_intent
+    from reconciler.leaselock import parse_ref
     from reconciler.reconcilecmd import cmd_reconcile
 
     docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples/reconcile/cronjob.yaml").read_text())}
@@ -390,6 +581,22 @@ def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
     [container] = pod["containers"]
     args = parsed(container["args"])
     assert args.func is cmd_reconcile and args.mode == "plan-only"
+    # the Lease: in the CronJob's namespace, and the Role there grants get/update on it alone
+    # (create cannot be limited by name) to the same ServiceAccount
+    lease = parse_ref(args.lease)
+    role, binding = rbac["Role"], rbac["RoleBinding"]
+    assert lease.namespace == cron["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease.name],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    assert binding["metadata"]["namespace"] == lease.namespace
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **account}]
+    assert not any("leases" in r["resources"] for r in rbac["ClusterRole"]["rules"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     state = volumes[mounts[args.state_dir]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,7 +192,7 @@ def _plan_doc(site: Site, capsys) -> dict:
 
 @pytest.mark.parametrize("content, why", [
     ("{\"format_version\": \"1\",\n  \"changes\": [", ":2: not a rackctl plan: invalid JSON"),
-    ("[1, 2]", ": not a rackctl plan: expected the JSON object `rackctl plan --out` writes"),
+    ("[1, 2]", ": not a rackctl plan: expected a JSON object"),
     ("{}", ": not a rackctl plan: 'format_version' is a required property"),
     (lambda doc: {k: v for k, v in doc.items() if k != "provenance"},
      ": not a rackctl plan: 'provenance' is a required property"),
@@ -233,6 +234,125 @@ def test_options_that_change_what_is_planned_are_refused_with_plan(site, capsys,
             else f"hint: plan again with {option[0]}")
     assert_refused(site.apply_plan(capsys, *option), f"error: {option[0]}: cannot be combined with --plan: a saved "
                    "plan is applied with the settings it was made with", hint)
+
+
+# ---- a refusal writes nothing, not even the state dir -----------------------------------------
+
+def _moved_inventory(site: Site, doc: dict) -> dict:
+    inv = site.intent.parent / "inventory"
+    inv.rename(inv.with_name("inventory.old"))
+    return doc
+
+
+def _edited(key: str, value: object):
+    def edit(site: Site, doc: dict) -> dict:
+        where = doc
+        *parents, last = key.split(".")
+        for k in parents:
+            where = where[k]
+        where[last] = value
+        return doc
+    return edit
+
+
+def _edited_changes(site: Site, doc: dict) -> dict:
+    doc["changes"][0]["reason"] = "edited by hand"
+    return doc
+
+
+REFUSALS = {
+    "stale": (lambda site, doc: _edit_intent(site) or doc, (), "the intent file changed since the plan was made"),
+    "edited changes": (_edited_changes, (), "does not hold what apply would do now"),
+    "other cluster": (_edited("cluster", "elsewhere"), (), "is for cluster 'elsewhere', the intent is 'two-racks'"),
+    "edited inventory path": (_edited("provenance.planned_with.inventory", "elsewhere"), (),
+                              "provenance.planned_with.inventory: the plan is stale or was edited"),
+    "edited config dir path": (_edited("provenance.planned_with.slurm_config_dir", "elsewhere"), (),
+                               "provenance.planned_with.slurm_config_dir: the plan is stale or was edited"),
+    "moved inventory": (_moved_inventory, (), "provenance.planned_with.inventory: the inventory the plan was made "
+                        "from"),
+    "not a plan": (lambda site, doc: [doc], (), "not a rackctl plan"),
+    "planning option": (lambda site, doc: doc, ("--offline",), "cannot be combined with --plan"),
+}
+
+
+def _contents(folder: Path) -> dict[str, bytes] | None:
+    """Every path under ``folder`` and its bytes (a folder's: empty); None when it does not exist."""
+    if not folder.exists():
+        return None
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"" for p in sorted(folder.rglob("*"))}
+
+
+def _no_state(site: Site) -> None:
+    pass
+
+
+def _other_clusters_state(site: Site) -> None:
+    (site.state / "other").mkdir(parents=True)
+    (site.state / "other" / "health.json").write_text("{}\n")
+
+
+def _empty_cluster_dir(site: Site) -> None:
+    (site.state / "two-racks").mkdir(parents=True)
+
+
+@pytest.mark.parametrize("state", [_no_state, _other_clusters_state, _empty_cluster_dir])
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_refused_apply_plan_leaves_the_state_dir_as_it_was(site, capsys, refusal, state):
+    # was: a state dir made just to hold an empty lock file
+    edit, extra, why = REFUSALS[refusal]
+    site.planfile.write_text(json.dumps(edit(site, _plan_doc(site, capsys))))
+    state(site)
+    before = _contents(site.state)
+    assert_refused(site.apply_plan(capsys, *extra), why)
+    assert _contents(site.state) == before
+    assert _contents(site.cfg) == {"slurm.conf": (site.intent.parent / "slurm" / "slurm.conf").read_bytes()}
+
+
+def test_an_apply_plan_that_goes_ahead_keeps_the_lock_file_beside_its_records(site, capsys):
+    assert site.plan(capsys).rc == 2
+    assert site.apply_plan(capsys).rc == 0
+    assert sorted(p.name for p in (site.state / "two-racks").iterdir()) == ["applied.json", "backups", "lock"]
+
+
+# ---- the paths the plan was made with (provenance.planned_with) --------------------------------
+
+@pytest.mark.parametrize("key, what", [("inventory", "inventory"), ("slurm_config_dir", "Slurm config dir")])
+def test_an_edited_planned_with_path_is_refused_as_edited_naming_the_field(site, capsys, key, what):
+    # was "inventory not found", or "the managed Slurm files changed" (an absent dir reads as empty)
+    doc = _plan_doc(site, capsys)
+    doc["provenance"]["planned_with"][key] = "elsewhere"
+    site.planfile.write_text(json.dumps(doc))
+    missing = site.intent.parent / "elsewhere"
+    msg = assert_refused(site.apply_plan(capsys), f"error: {site.planfile}: provenance.planned_with.{key}: the plan "
+                         f"is stale or was edited: 'elsewhere' names no {what} ({missing} does not exist), and the "
+                         "intent names another; nothing was applied",
+                         f"hint: the plan file was edited, or the {what} it was planned with moved since; run "
+                         "`rackctl plan")
+    assert "not found" not in msg and "changed since" not in msg
+
+
+def test_an_inventory_moved_since_the_plan_is_missing_now(site, capsys):
+    assert site.plan(capsys).rc == 2
+    _moved_inventory(site, {})
+    assert_refused(site.apply_plan(capsys), f"error: {site.planfile}: provenance.planned_with.inventory: the "
+                   f"inventory the plan was made from, {site.intent.parent / 'inventory'}, is missing now; nothing "
+                   "was applied", "hint: put it back, or run `rackctl plan")
+
+
+def test_a_config_dir_moved_since_the_plan_is_missing_now(site, capsys):
+    cfg = site.intent.parent / "slurm"  # the intent's own configDir this time
+    assert run_main(capsys, "plan", "-f", site.intent, "--state-dir", site.state, "--out", site.planfile).rc == 2
+    cfg.rename(cfg.with_name("slurm.old"))
+    assert_refused(site.apply_plan(capsys), f"error: {site.planfile}: provenance.planned_with.slurm_config_dir: the "
+                   f"Slurm config dir the plan was made from, {cfg}, is missing now; nothing was applied")
+
+
+def test_a_config_dir_the_plan_found_missing_is_created_by_apply(site, capsys):
+    shutil.rmtree(site.cfg)
+    assert site.plan(capsys).rc == 2
+    res = site.apply_plan(capsys)
+    assert res.rc == 0, res
+    assert sorted(p.name for p in site.cfg.iterdir()) == sorted(MANAGED)
 
 
 def test_help_says_how_plan_combines():

@@ -51,12 +51,14 @@ def _plan_step() -> str:
     return step["run"]
 
 
-def _run_step(tmp_path: Path, intent: Path) -> tuple[subprocess.CompletedProcess, str, dict[str, str]]:
+def _run_step(tmp_path: Path, intent: Path, live_snapshot: Path | None = None
+              ) -> tuple[subprocess.CompletedProcess, str, dict[str, str]]:
     """The plan step as a runner runs it (`bash --noprofile --norc -eo pipefail`)."""
     script = tmp_path / "step.sh"
     script.write_text(_plan_step())
     summary, output = tmp_path / "summary.md", tmp_path / "output.txt"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "INTENT": str(intent), "OFFLINE": "false",
+           "LIVE_SNAPSHOT": str(live_snapshot or ""),
            "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output),
            "XDG_STATE_HOME": str(tmp_path / "state")}
     res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path, env=env,
@@ -72,6 +74,20 @@ def test_pending_changes_pass_the_check_and_publish_the_plan(tmp_path):
     assert summary.startswith("### rackctl plan: `dc1-gb200`") and "#### Changes" in summary
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert schemas.first_error("plan", doc) is None and doc["summary"]["file_create"] == 5
+
+
+def test_the_plan_step_plans_against_a_live_snapshot(tmp_path):
+    intent = ROOT / "examples" / "dc1-gb200" / "intent.yaml"
+    snap = tmp_path / "live.json"
+    taken = subprocess.run([str(BIN / "rackctl"), "snapshot", "-f", str(intent), "--offline", "--out", str(snap)],
+                           capture_output=True, text=True, timeout=120)
+    assert taken.returncode == 0, taken.stderr
+    res, summary, outputs = _run_step(tmp_path, intent, snap)
+    assert res.returncode == 0, res
+    assert outputs == {"exit-code": "2"}
+    assert "planned against the live snapshot" in summary
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["provenance"]["planned_with"]["live_snapshot"] == json.loads(snap.read_text())["takenAt"]
 
 
 def test_errors_fail_the_check(tmp_path):

@@ -19,7 +19,7 @@ Design (format source: srun(1), Slurm 24.11). One job step, one task per node::
   for the exit codes of failed tasks.
 
 Only stdout is parsed, line by line as it arrives; a report counts as received when its task
-prints the closing ``}`` line (progress on stderr). After srun ends (or ``timeout`` seconds
+prints the closing ``}`` line (told to ``on_progress``). After srun ends (or ``timeout`` seconds
 pass: srun is sent SIGTERM, which it forwards to the tasks, then SIGKILL), each task's text is
 parsed with ``json.loads`` and checked with ``store.check_node``.
 
@@ -44,7 +44,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from .. import hostlist
 from ..errors import InputError, RackctlError
@@ -111,10 +111,12 @@ def require_srun() -> None:
 
 
 def collect(nodes: list[str], *, partition: str | None = None, timeout: float | None = None,
-            agent: str = "rackctl", progress: TextIO | None = None) -> CollectResult:
+            agent: str = "rackctl", on_progress: Callable[[int, int], None] | None = None) -> CollectResult:
     """Run the agent on ``nodes`` through one srun; see the module docstring.
 
-    Raises ``RackctlError`` when srun is not on PATH; per-node problems go to ``failures``.
+    ``on_progress(received, len(nodes))``: called with 0 first, then each time a report arrives
+    (from the thread reading srun's output). Raises ``RackctlError`` when srun is not on PATH;
+    per-node problems go to ``failures``.
     """
     if not nodes:
         raise InputError("no nodes to collect from", field="--nodelist")
@@ -124,6 +126,8 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     stderr_lines: list[str] = []
     done = [0]
     lock = threading.Lock()
+    if on_progress is not None:
+        on_progress(0, len(nodes))
 
     def on_stdout(line: str) -> None:
         m = _LABEL.match(line)
@@ -136,7 +140,8 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
                 buf.append(text)
             if text == "}":  # json.dumps(indent=2) closes the report on a line of its own
                 done[0] += 1
-                _say(progress, f"received {done[0]}/{len(nodes)} report(s)")
+                if on_progress is not None:
+                    on_progress(done[0], len(nodes))
 
     rc, timed_out = _run(argv, on_stdout, stderr_lines.append, timeout)
     result = CollectResult(expected=list(nodes), srun_exit=rc, srun_stderr=_tail("\n".join(stderr_lines)),
@@ -264,11 +269,6 @@ def summary(result: CollectResult) -> list[str]:
         except InputError:
             return (1, (name,))
     return [f"  {who}: {why}" for who, why in sorted(result.failures.items(), key=lambda kv: key(kv[0]))]
-
-
-def _say(stream: TextIO | None, text: str) -> None:
-    if stream is not None:
-        print(text, file=stream, flush=True)
 
 
 def _first(text: str) -> str:

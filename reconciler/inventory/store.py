@@ -25,14 +25,16 @@ MAX_INVENTORY_BYTES = 1024 * 1024 * 1024
 MAX_INT_DIGITS = 4301
 
 
-def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = None) -> list[dict[str, Any]]:
+def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = None,
+                   on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Load every NodeReport under ``path`` (directory or file), validated, in a stable order.
 
     Returns the list of NodeReport dicts (directory: by file name; file: as written).
     ``on_file(name, text)`` is called with each file's name (without its folder) and text as it
-    is read (a saved plan digests them). Raises ``InputError`` for a missing path, invalid JSON
-    (with line), a schema violation (with the field) or a hostname reported twice (naming both
-    places).
+    is read (a saved plan digests them). ``on_progress(done, total)`` is called with 0 first,
+    then after each item: files of a directory, or NodeReports of a single inventory file.
+    Raises ``InputError`` for a missing path, invalid JSON (with line), a schema violation (with
+    the field) or a hostname reported twice (naming both places).
     """
     if not path.exists():
         raise InputError("inventory not found; expected a NodeReport directory or file",
@@ -42,7 +44,11 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         raise InputError("inventory directory holds no *.json NodeReports", file=display_path(path))
     nodes: list[dict[str, Any]] = []
     where: dict[str, str] = {}
-    for f in files:
+    # One file holds all the nodes (or a directory holds one node per file): count what is many.
+    per_file = on_progress if path.is_dir() else None
+    if per_file is not None:
+        per_file(0, len(files))
+    for done, f in enumerate(files, 1):
         name = display_path(f)
         doc, floats = _read_json(f, on_file)
         if not isinstance(doc, dict):
@@ -56,11 +62,16 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
                 raise InputError("expected a list of NodeReports", file=name, field="nodes")
             batch = doc["nodes"]
             places = [f"{name}: nodes[{i}]" for i in range(len(batch))]
+            per_node = on_progress if per_file is None else None
+            if per_node is not None:
+                per_node(0, len(batch))
             for i, node in enumerate(batch):
                 if not isinstance(node, dict):
                     raise InputError(f"expected a NodeReport object, got {_json_kind(node)}", file=name,
                                      field=f"nodes[{i}]")
                 check_node(node, file=name, place=places[i], prefix=("nodes", i), floats=floats)
+                if per_node is not None:
+                    per_node(i + 1, len(batch))
         else:
             check_node(doc, file=name, place=name, floats=floats)
             batch, places = [doc], [name]
@@ -71,6 +82,8 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
                                  field="hostname")
             where[host] = place
             nodes.append(node)
+        if per_file is not None:
+            per_file(done, len(files))
     return nodes
 
 
@@ -166,11 +179,13 @@ def dump_report(node: dict[str, Any]) -> str:
     return json.dumps(node, indent=2, sort_keys=True) + "\n"
 
 
-def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
-                    out_file: Path | None = None) -> list[Path]:
+def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None, out_file: Path | None = None,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write NodeReports as ``out_dir/<hostname>.json`` files or one ``out_file``.
 
-    Each file is written atomically. Returns the paths written.
+    Each file is written atomically. Returns the paths written. ``on_progress(done, total)``:
+    called with 0 first, then after each file of ``out_dir`` (not for ``out_file``: one write).
+    Raises ``OSError`` when a path is in the way (nothing written then) or a write fails.
     """
     if out_file is not None:
         doc = {"schemaVersion": SCHEMA_VERSION, "nodes": nodes}
@@ -183,6 +198,10 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
     for target in targets:  # first, so that a directory in the way leaves nothing half written
         check_target(target)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for node, target in zip(nodes, targets):
+    if on_progress is not None:
+        on_progress(0, len(targets))
+    for done, (node, target) in enumerate(zip(nodes, targets), 1):
         atomic_write(target, dump_report(node).encode())
+        if on_progress is not None:
+            on_progress(done, len(targets))
     return targets

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from ..errors import InputError, TargetError
 from ..kueue import GROUP as KUEUE_GROUP
@@ -245,7 +245,23 @@ def _list_of(value: Any, what: str, server: str) -> list[dict[str, Any]]:
     return value
 
 
-def read_live(api: KubeApi, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
+class KubeReads(Protocol):
+    """The reads ``read_live`` makes: ``KubeApi``'s, or a live snapshot's replay of them."""
+
+    server: str
+
+    def served_kinds(self, group: str) -> dict[str, tuple[str, ...]]: ...
+
+    def list_nodes(self) -> Iterator[dict[str, Any]]: ...
+
+    def list_owned(self, kind: str, version: str, selector: str) -> Iterator[dict[str, Any]]: ...
+
+    def get(self, obj: KubeObject) -> dict[str, Any] | None: ...
+
+    def list_compute_domains(self, version: str) -> list[dict[str, Any]]: ...
+
+
+def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
               cordon_annotation: str) -> LiveKubernetes:
     """Read what rackctl compares: Kueue versions served, every Node (rackctl's labels only),
     rackctl's objects of every Kueue kind served (listed by ``owner_labels`` and checked here
@@ -337,7 +353,7 @@ def _error(what: str, exc: Exception, server: str) -> TargetError:
     """One line for a failed request: the status and the server's own message."""
     status = getattr(exc, "status", None)
     if status is None:
-        return TargetError(f"kubernetes: {what}: cannot reach {server} ({type(exc).__name__})",
+        return TargetError(f"kubernetes: {what}: cannot reach {server} ({_network_why(exc)})",
                            hint="check the kubeconfig's server address and the network")
     message, causes = getattr(exc, "reason", "") or "", []
     try:
@@ -352,3 +368,15 @@ def _error(what: str, exc: Exception, server: str) -> TargetError:
             else None}.get(status)
     detail = f" ({'; '.join(str(c) for c in causes if c)})" if any(causes) and status == 409 else ""
     return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {message}{detail}", hint=hint)
+
+
+def _network_why(exc: Exception) -> str:
+    """Why a request got no answer, in words (urllib3 wraps the cause in ``MaxRetryError``)."""
+    cause = getattr(exc, "reason", None) or exc
+    text = str(cause).lower()
+    for words, said in (("refused", "connection refused"), ("timed out", "timed out"),
+                        ("name or service not known", "unknown host name"), ("nodename nor servname", "unknown host name"),
+                        ("certificate", "TLS certificate not accepted"), ("ssl", "TLS handshake failed")):
+        if words in text:
+            return said
+    return "no answer"

@@ -21,7 +21,8 @@ from ..errors import RackctlError, TargetError
 from ..intent import Intent, SlurmTarget
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
-from ..yamlsource import display_path, load_yaml_text, read_bytes_capped
+from ..yamlsource import display_path, load_yaml_text
+from .configfiles import DISK, ConfigFiles
 
 RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
@@ -63,52 +64,54 @@ class LiveSlurm:
     partitions: list[PartitionLine] = field(default_factory=list)
 
 
-def read_live(intent: Intent) -> LiveSlurm:
-    """Read the managed files and slurm.conf facts. Raises ``TargetError`` on I/O errors other
-    than absence (a failed read must never look like "no changes")."""
-    return read_config_dir(intent.slurm)
+def read_live(intent: Intent, files: ConfigFiles = DISK) -> LiveSlurm:
+    """Read the managed files and slurm.conf facts from ``files`` (this host's disk, or a live
+    snapshot). Raises ``TargetError`` on I/O errors other than absence (a failed read must never
+    look like "no changes")."""
+    return read_config_dir(intent.slurm, files)
 
 
-def read_config_dir(t: SlurmTarget) -> LiveSlurm:
+def read_config_dir(t: SlurmTarget, files: ConfigFiles = DISK) -> LiveSlurm:
     """``read_live`` for a Slurm target alone (``rackctl import`` reads a config dir before any
     intent exists). Raises ``TargetError`` as ``read_live`` does."""
     cdir = t.config_dir
     live = LiveSlurm(cdir, {})
-    if cdir.exists() and not cdir.is_dir():
+    found = files.kind(cdir)
+    if found not in ("directory", "absent"):
         raise TargetError(f"Slurm config dir {display_path(cdir)} is not a directory",
                           hint="set targets.slurm.configDir or --slurm-config-dir to a directory")
-    if not cdir.exists():
+    if found == "absent":
         live.files = dict.fromkeys(t.managed_files)
         live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {display_path(cdir)} does "
                                            "not exist; treated as empty", display_path(cdir)))
         return live
     for name in t.managed_files:
-        live.files[name] = _read(cdir / name)
-    live.stray_topology_yaml = t.topology_file == "topology.conf" and (cdir / "topology.yaml").exists()
-    live.stray_topology_conf = t.topology_file == "topology.yaml" and (cdir / "topology.conf").exists()
-    conf = _read(cdir / "slurm.conf")
+        live.files[name] = _read(files, cdir / name)
+    live.stray_topology_yaml = t.topology_file == "topology.conf" and files.kind(cdir / "topology.yaml") != "absent"
+    live.stray_topology_conf = t.topology_file == "topology.yaml" and files.kind(cdir / "topology.conf") != "absent"
+    conf = _read(files, cdir / "slurm.conf")
     if conf is None:
         live.diagnostics.append(Diagnostic(WARNING, "slurm-conf-missing", f"{display_path(cdir / 'slurm.conf')} not found; "
                                            "TopologyPlugin, Include and NodeName checks skipped", "slurm.conf"))
         return live
     live.node_names = set()
-    _scan_conf(conf, cdir / "slurm.conf", cdir, t.include_file, live, depth=0, seen=set())
+    _scan_conf(files, conf, cdir / "slurm.conf", cdir, t.include_file, live, depth=0, seen=set())
     return live
 
 
-def _read(path: Path, where: str | None = None) -> bytes | None:
+def _read(files: ConfigFiles, path: Path, where: str | None = None) -> bytes | None:
     """The bytes of a regular file in (or included into) the config dir; None when absent.
     ``where`` names what pointed at it (``slurm.conf:12: Include x``) for the error message."""
     def error(message: str) -> TargetError:
         return TargetError(f"{where or display_path(path)}: {message}")
-    return read_bytes_capped(path, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=error)
+    return files.read(path, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=error)
 
 
-def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: LiveSlurm, depth: int,
-               seen: set[Path]) -> None:
+def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_file: str, live: LiveSlurm,
+               depth: int, seen: set[str]) -> None:
     # Each file is scanned once: an Include loop (a.conf includes itself) or a file included
     # many times over would otherwise take exponential time.
-    seen.add(path.resolve())
+    seen.add(files.key(path))
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         if line.include is not None:
             live.includes.append(line.include)
@@ -116,13 +119,13 @@ def _scan_conf(data: bytes, path: Path, cdir: Path, include_file: str, live: Liv
             if name == include_file or depth >= MAX_INCLUDE_DEPTH:
                 continue
             inc = Path(line.include)
-            inc = inc if inc.is_absolute() and inc.exists() else cdir / name
-            if inc.resolve() in seen:
+            inc = inc if inc.is_absolute() and files.kind(inc) != "absent" else cdir / name
+            if files.key(inc) in seen:
                 continue
             where = f"{display_path(path)}:{line.lineno}: Include {line.include}"
-            sub = _read(inc, where=where)
+            sub = _read(files, inc, where=where)
             if sub is not None:
-                _scan_conf(sub, inc, cdir, include_file, live, depth + 1, seen)
+                _scan_conf(files, sub, inc, cdir, include_file, live, depth + 1, seen)
             else:
                 live.unread_includes.append(where)
             continue
@@ -182,6 +185,12 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagn
         diags.append(Diagnostic(ERROR, "include-missing", f"slurm.conf does not include {t.include_file}; "
                                 f"add `Include {t.include_file}` so the partitions rackctl renders are read",
                                 "slurm.conf"))
+    # A warning, not an error: what rackctl renders does not depend on it; only the checks of
+    # the lines that file would hold are missing (`rackctl import`, which needs them, refuses).
+    for where in live.unread_includes:
+        diags.append(Diagnostic(WARNING, "include-unread", f"{where}: no such file; slurmctld cannot read "
+                                "slurm.conf while an Include names no file, and the NodeName and PartitionName "
+                                "lines it would hold were not checked", "slurm.conf"))
     if intent.imex == "per-job":
         diags += _imex_site_checks(intent, live)
     unknown = sorted(placed_hosts - live.node_names, key=hostlist.natural_key)

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import hostlist
 from ..errors import RackctlError, TargetError
@@ -101,6 +101,13 @@ class Controller:
         return ".".join(map(str, self.version))
 
 
+class Runner(Protocol):
+    """``run``'s signature: a Slurm client command (argv) -> its stdout; ``TargetError`` when it
+    fails."""
+
+    def __call__(self, args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> str: ...
+
+
 def client_available() -> bool:
     """Whether ``scontrol`` is on PATH (a Slurm client host)."""
     return shutil.which("scontrol") is not None
@@ -138,40 +145,48 @@ def run_status(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> tuple[
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def ping() -> bool:
+def ping(run_command: Runner = run) -> bool:
     """Whether the primary slurmctld answers (``scontrol ping`` says UP). The controller's PID
     changes on every reconfigure and it exits 0 even on a fatal error: this is the liveness test."""
     try:
-        return " is UP" in run(["scontrol", "ping"], timeout=30)
+        return " is UP" in run_command(["scontrol", "ping"], timeout=30)
     except TargetError:
         return False
 
 
-def read_controller() -> Controller:
-    """Read the live controller. Raises ``TargetError`` when it does not answer or a command fails
-    (never an empty state that would read as "nothing is live")."""
-    if not ping():
+#: The commands ``read_controller`` runs, every time (a live snapshot must hold each answer).
+READ_COMMANDS = (("scontrol", "ping"), ("scontrol", "--version"), ("scontrol", "show", "topology"),
+                 ("scontrol", "show", "nodes", "--json"), ("scontrol", "show", "partition", "--json"),
+                 ("squeue", "--json"), ("scontrol", "show", "config"),
+                 ("sacctmgr", "-n", "-P", "show", "qos", "format=name"))
+
+
+def read_controller(run_command: Runner = run) -> Controller:
+    """Read the live controller through ``run_command`` (``run``, or a live snapshot's replay of
+    it). Raises ``TargetError`` when it does not answer or a command fails (never an empty state
+    that would read as "nothing is live")."""
+    if not ping(run_command):
         raise TargetError("slurmctld is not answering `scontrol ping`",
                           hint="start the controller, or pass --offline to plan from the files alone")
-    version = parse_version(run(["scontrol", "--version"]))
-    blocks, sizes = parse_topology(_topology_text())
-    nodes = _parsed(["scontrol", "show", "nodes", "--json"], parse_nodes)
-    partitions = _parsed(["scontrol", "show", "partition", "--json"], parse_partitions)
-    jobs = _parsed(["squeue", "--json"], parse_jobs)
-    config = parse_config(run(["scontrol", "show", "config"]))
+    version = parse_version(run_command(["scontrol", "--version"]))
+    blocks, sizes = parse_topology(_topology_text(run_command))
+    nodes = _parsed(["scontrol", "show", "nodes", "--json"], parse_nodes, run_command)
+    partitions = _parsed(["scontrol", "show", "partition", "--json"], parse_partitions, run_command)
+    jobs = _parsed(["squeue", "--json"], parse_jobs, run_command)
+    config = parse_config(run_command(["scontrol", "show", "config"]))
     ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config)
     for job in jobs:
         if set(job.states) & BUSY_JOB_STATES:
             for h in job.nodes:
                 ctl.busy.setdefault(h, []).append(job.job_id)
-    ctl.qos, ctl.qos_unchecked = read_qos()
+    ctl.qos, ctl.qos_unchecked = read_qos(run_command)
     return ctl
 
 
-def _topology_text() -> str:
+def _topology_text(run_command: Runner = run) -> str:
     # With no block loaded yet, 24.11 prints "No topology information available" and exits 1.
     try:
-        return run(["scontrol", "show", "topology"])
+        return run_command(["scontrol", "show", "topology"])
     except TargetError as exc:
         if "No topology information available" in exc.message:
             return ""
@@ -235,11 +250,11 @@ def log_lines_since(path: str, offset: int | None, limit: int = 20) -> list[str]
     return wanted[-limit:]
 
 
-def read_qos() -> tuple[set[str] | None, str]:
+def read_qos(run_command: Runner = run) -> tuple[set[str] | None, str]:
     """QoS names from slurmdbd through sacctmgr, or ``(None, why)`` when there is no accounting
     to ask (no sacctmgr, no slurmdbd: Slurm then neither checks nor enforces partition QoS)."""
     try:
-        out = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=30)
+        out = run_command(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=30)
     except TargetError as exc:
         return None, exc.message
     return {line.strip() for line in out.splitlines() if line.strip()}, ""
@@ -352,18 +367,18 @@ def parse_config(text: str) -> dict[str, str]:
     return out
 
 
-def _parsed(args: list[str], parser):
+def _parsed(args: list[str], parser, run_command: Runner = run):
     """``parser(document of args)``; any error names the command."""
     try:
-        return parser(_json(args))
+        return parser(_json(args, run_command))
     except TargetError as exc:
         if exc.message.startswith("`"):
             raise
         raise TargetError(f"`{' '.join(args)}`: {exc.message}") from None
 
 
-def _json(args: list[str]) -> dict[str, Any]:
-    text = run(args)
+def _json(args: list[str], run_command: Runner = run) -> dict[str, Any]:
+    text = run_command(args)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -236,6 +236,19 @@ NAMESPACE = {
     },
 }
 
+LEASE = {  # coordination.k8s.io/v1: a spec and no status; MicroTimes are plain strings here
+    "type": "object",
+    "properties": {
+        "apiVersion": _STR, "kind": _STR, "metadata": OBJECT_META,
+        "spec": {"type": "object", "properties": {
+            "holderIdentity": _STR, "acquireTime": _STR, "renewTime": _STR,
+            "preferredHolder": _STR, "strategy": _STR,
+            # the real validation: "must be greater than 0" / "greater than or equal to 0"
+            "leaseDurationSeconds": {"type": "integer", "minimum": 1},
+            "leaseTransitions": {"type": "integer", "minimum": 0}}},
+    },
+}
+
 PRESERVE_ALL = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                 "properties": {"metadata": OBJECT_META}}
 

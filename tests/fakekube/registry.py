@@ -126,6 +126,8 @@ def builtin_resources() -> list[Resource]:
         Resource("", "namespaces", "namespace", "Namespace", "NamespaceList", False,
                  {"v1": Version("v1", True, True, ks.NAMESPACE, status=True)}, ["ns"],
                  name_rule="label", field_labels=["status.phase"]),
+        Resource("coordination.k8s.io", "leases", "lease", "Lease", "LeaseList", True,
+                 {"v1": Version("v1", True, True, ks.LEASE)}),
         Resource("apiextensions.k8s.io", "customresourcedefinitions", "customresourcedefinition",
                  "CustomResourceDefinition", "CustomResourceDefinitionList", False,
                  {"v1": Version("v1", True, True, ks.PRESERVE_ALL, status=True)}, ["crd", "crds"],

@@ -12,9 +12,11 @@ Faithful to kube-apiserver (1.31) where rackctl depends on it:
   * discovery (/version, /api, /api/v1, /apis, /apis/G, /apis/G/V) built from the loaded CRDs;
     a group's versions in Kubernetes priority order (v1 > v1beta2 > v1beta1 > v1alpha1) and its
     preferredVersion the highest served one, as the real CRD discovery does;
-  * core ``nodes`` and ``namespaces`` (cluster-scoped, with /status) and every served version of
-    every CRD (cluster or namespaced, /status when declared); one stored object per name, seen
-    at every version with only apiVersion changed;
+  * core ``nodes`` and ``namespaces`` (cluster-scoped, with /status), ``coordination.k8s.io/v1``
+    ``leases`` (namespaced; MicroTimes need their six fractional digits, as the real decoder
+    parses them, and are served back in UTC) and every served version of every CRD (cluster or
+    namespaced, /status when declared); one stored object per name, seen at every version with
+    only apiVersion changed;
   * GET, LIST (labelSelector in full syntax, fieldSelector, limit/continue over a consistent
     snapshot, 410 Expired for a forgotten token), POST, PUT (stale resourceVersion -> 409),
     PATCH, DELETE (finalizers hold the object with a deletionTimestamp), deletecollection;
@@ -56,6 +58,7 @@ import datetime
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -257,9 +260,33 @@ def check_type(res: Resource, version: str, body: dict) -> None:
                           f"({res.kind})")
 
 
+# metav1.MicroTime fields of the built-in kinds: decoded with the layout RFC3339Micro (exactly
+# six fractional digits; a client that leaves them out gets 400), served back in UTC with "Z".
+MICRO_TIMES = {("coordination.k8s.io", "Lease"): ("acquireTime", "renewTime")}
+MICRO_TIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6})"
+                        r"(Z|[+-][0-9]{2}:[0-9]{2})")
+
+
+def decode_micro_times(res: Resource, version: Version, obj: dict) -> None:
+    spec = obj.get("spec")
+    for field in MICRO_TIMES.get((res.group, res.kind), ()):
+        value = spec.get(field) if isinstance(spec, dict) else None
+        if value is None:
+            continue
+        m = MICRO_TIME.fullmatch(value) if isinstance(value, str) else None
+        if m is None:
+            raise bad_request(f'{res.kind} in version "{version.name}" cannot be handled as a '
+                              f'{res.kind}: spec.{field}: parsing time {json.dumps(value)} as '
+                              '"2006-01-02T15:04:05.000000Z07:00"')
+        zone = "+00:00" if m.group(2) == "Z" else m.group(2)
+        t = datetime.datetime.fromisoformat(m.group(1) + zone).astimezone(datetime.timezone.utc)
+        spec[field] = t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def decode_into(req: Request, res: Resource, version: Version, obj: dict) -> dict:
     """What the real decoder does to a written object: prune unknown fields (warn, fail or
-    ignore per fieldValidation) and fill schema defaults."""
+    ignore per fieldValidation), parse MicroTimes and fill schema defaults."""
+    decode_micro_times(res, version, obj)
     unknown: list[str] = []
     ks.prune(obj, version.schema, "", unknown)
     directive = req.query.get("fieldValidation") or "Warn"
