@@ -40,6 +40,35 @@ def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def atomic_write_many(items: list[tuple[Path, bytes]], *, default_mode: int = 0o644) -> None:
+    """``atomic_write`` of many files (an inventory of 36,000 NodeReports) with one flush to disk
+    for all of them instead of one ``fsync`` each: every temp file is written, then ``os.sync``,
+    then each is renamed over its path, then each folder is synced. Each file is still wholly old
+    or wholly new; a failure before the renames leaves every path untouched.
+
+    Raises ``OSError`` as ``atomic_write`` does."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in items:
+            path = written_path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            st = check_target(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, st.st_mode & 0o7777 if st else default_mode)
+        os.sync()  # one flush for all: per-file fsyncs cost minutes for a fleet's files
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    for folder in {path.parent for _, path in staged}:
+        _fsync_dir(folder)
+
+
 def written_path(path: Path) -> Path:
     """The file a write to ``path`` replaces: ``path`` itself, or the file a symbolic link there
     points to (a managed file linked from elsewhere stays a link; the link is never replaced).

@@ -102,8 +102,9 @@ def _tray(node: dict[str, Any]) -> Tray:
     gpus = node.get("gpus", [])
     findings: list[Finding] = []
     attached = [g["fabric"] for g in gpus if is_attached(g.get("fabric"))]
-    uuids = Counter(f["clusterUuid"].lower() for f in attached)
-    cliques = Counter(f.get("cliqueId") for f in attached)
+    uuid_list = [f["clusterUuid"].lower() for f in attached]
+    clique_list = [f.get("cliqueId") for f in attached]
+    uuids, cliques = set(uuid_list), set(clique_list)
     platforms = [g["platform"] for g in gpus if g.get("platform")]
     chassis = _majority(p.get("chassisSerial") for p in platforms)
     tray_index = _majority(p.get("trayIndex") for p in platforms)
@@ -120,8 +121,8 @@ def _tray(node: dict[str, Any]) -> Tray:
     return Tray(
         hostname=Hostname(node["hostname"]),
         gpu_count=len(gpus),
-        cluster_uuid=ClusterUUID(uuids.most_common(1)[0][0]) if uuids else None,
-        clique_id=cliques.most_common(1)[0][0] if cliques else None,
+        cluster_uuid=ClusterUUID(_majority(uuid_list)) if uuid_list else None,
+        clique_id=_majority(clique_list),
         chassis_serial=chassis,
         tray_index=tray_index,
         addresses=tuple(node.get("addresses", ())),
@@ -167,5 +168,11 @@ def _field(mask: int, shift: int) -> int:
 
 
 def _majority(values) -> Any:
-    counts = Counter(v for v in values if v is not None)
-    return counts.most_common(1)[0][0] if counts else None
+    """The most common value that is not None (ties: the first seen); None when there is none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    first = present[0]
+    if all(v == first for v in present):  # the usual case: a tray's GPUs agree; no Counter needed
+        return first
+    return Counter(present).most_common(1)[0][0]

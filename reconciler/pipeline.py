@@ -102,6 +102,12 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     diags: list[Diagnostic] = list(desired.diagnostics)
     if snapshot is not None:
         diags.append(_snapshot_note(snapshot, now))
+        if intent.slurm_enabled and intent.imex == "per-job" and snapshot.config_dir_relative:
+            diags.append(Diagnostic(WARNING, "live-snapshot-path", "targets.slurm.configDir is relative to the intent "
+                                    "file, and per-job IMEX renders its absolute path into PrologSlurmctld=: a "
+                                    "snapshot planned in another checkout than the one it was taken in shows that "
+                                    "path changing; set configDir to the controller's absolute path",
+                                    "targets.slurm.configDir"))
     if intent.slurm_enabled:
         diags += slurm_target.check(intent, live, desired.placed_hosts)
     else:

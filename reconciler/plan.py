@@ -27,9 +27,10 @@ from .yamlsource import display_path
 FORMAT_VERSION = "1"
 ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload", "taint", "untaint", "cordon",
            "uncordon")
-#: Settings of the include file that slurmctld and every slurmd take only on a restart
-#: (slurm.conf(5)); rackctl never restarts daemons, the plan says so.
-RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld")
+#: Settings of the include file that every slurmd takes only on a restart (slurm.conf(5));
+#: rackctl never restarts daemons, the plan says so. ``PrologSlurmctld`` is not among them: only
+#: slurmctld runs it, and slurmctld takes it on reconfigure.
+RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog")
 CAUSES = ("intent", "drift")
 
 

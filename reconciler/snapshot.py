@@ -161,6 +161,11 @@ class LiveSnapshot:
         ctl = self.doc["slurm"]["controller"]
         return ReplayCommands(ctl.get("commands", {}), self.name) if ctl["read"] else None
 
+    @property
+    def config_dir_relative(self) -> bool:
+        """Whether the Slurm config dir was recorded relative to the intent file (see ``where``)."""
+        return self.doc["slurm"] is not None and not Path(self.doc["slurm"]["configDir"]).is_absolute()
+
     def controller_not_read(self) -> str:
         """Why the snapshot holds no controller state ('' when it does)."""
         return self.doc["slurm"]["controller"].get("why", "")

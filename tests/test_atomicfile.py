@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.atomicfile import atomic_write, written_path
+from reconciler.atomicfile import atomic_write, atomic_write_many, written_path
 
 
 def test_a_link_is_written_through_and_stays_a_link(tmp_path):
@@ -41,3 +41,15 @@ def test_a_link_loop_is_refused(tmp_path):
     with pytest.raises(OSError, match="too many levels of symbolic links"):
         written_path(tmp_path / "a")
     assert written_path(tmp_path / "plain") == tmp_path / "plain"
+
+
+def test_many_files_are_all_written_or_none(tmp_path):
+    old = tmp_path / "a.json"
+    old.write_text("old\n")
+    (tmp_path / "b.json").mkdir()  # in the way of the second write
+    with pytest.raises(IsADirectoryError):
+        atomic_write_many([(old, b"new\n"), (tmp_path / "b.json", b"x"), (tmp_path / "c.json", b"y")])
+    assert old.read_text() == "old\n" and not (tmp_path / "c.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # no temp file left
+    atomic_write_many([(old, b"new\n"), (tmp_path / "d" / "c.json", b"y")])
+    assert old.read_text() == "new\n" and (tmp_path / "d" / "c.json").read_bytes() == b"y"

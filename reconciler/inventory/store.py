@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import hostlist, schemas
-from ..atomicfile import atomic_write, check_target
+from ..atomicfile import atomic_write, atomic_write_many, check_target
 from ..errors import InputError
 from ..yamlsource import display_path, read_text
 
@@ -183,7 +183,8 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
                     on_progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write NodeReports as ``out_dir/<hostname>.json`` files or one ``out_file``.
 
-    Each file is written atomically. Returns the paths written. ``on_progress(done, total)``:
+    Each file is written atomically, all of a folder with one flush to disk
+    (``atomic_write_many``). Returns the paths written. ``on_progress(done, total)``:
     called with 0 first, then after each file of ``out_dir`` (not for ``out_file``: one write).
     Raises ``OSError`` when a path is in the way (nothing written then) or a write fails.
     """
@@ -200,8 +201,10 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     if on_progress is not None:
         on_progress(0, len(targets))
-    for done, (node, target) in enumerate(zip(nodes, targets), 1):
-        atomic_write(target, dump_report(node).encode())
+    texts = []
+    for done, node in enumerate(nodes, 1):
+        texts.append(dump_report(node).encode())
         if on_progress is not None:
             on_progress(done, len(targets))
+    atomic_write_many(list(zip(targets, texts)))
     return targets
