@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,62 +36,62 @@ class CliRun:
     err: str
 
 
+#: Runs a command, waits for it with wait4 and writes its peak RSS and wall time to a file. A
+#: child forked from a big process inherits that process's RSS high-water mark (Linux records the
+#: old address space's peak at exec), so after this process has parsed a 95 MB inventory every
+#: child would "peak" at hundreds of MB. The launcher is small; its child's peak is the child's own.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+start = time.perf_counter()
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+wall = time.perf_counter() - start
+with open(sys.argv[1], "w") as fh:
+    json.dump({"maxrss_kib": usage.ru_maxrss, "wall_s": wall}, fh)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def rackctl(*args: object, cwd: Path | None = None, check: Sequence[int] | None = (0,),
             env: dict[str, str] | None = None, timeout: float = 3600) -> CliRun:
-    """Run ``rackctl ARGS`` as a real subprocess and measure it.
+    """Run ``rackctl ARGS`` as a real subprocess and measure it: wall time and peak RSS (from
+    ``wait4``, ``ru_maxrss``) of that process alone, taken by a small launcher process.
 
-    Peak RSS comes from ``os.wait4`` on this very child (``ru_maxrss``, KiB on Linux), so it is
-    the child's own high-water mark, not this process's or an earlier child's. ``check``: exit
-    codes that count as success (None: any); another raises ``BenchError`` with its stderr.
-    Standard input is not a terminal and progress bars are off, as in a CI job.
+    ``check``: exit codes that count as success (None: any); another raises ``BenchError`` with
+    its stderr. Standard input is not a terminal and progress bars are off, as in a CI job.
     """
     env = dict(os.environ if env is None else env)
     env["RACKCTL_NO_PROGRESS"] = "1"
     env.pop("RACKCTL_DEBUG", None)
-    cmd = RACKCTL + [str(a) for a in args]
-    out_f, err_f = _scratch(), _scratch()
-    with out_f, err_f:
-        start = time.perf_counter()
-        # Output goes to files, not pipes: a pipe would need a reader thread competing for the
-        # two cores while the child runs.
+    with tempfile.TemporaryDirectory(prefix="rackctl-bench-run-") as tmp, \
+            open(Path(tmp) / "out", "w+b") as out_f, open(Path(tmp) / "err", "w+b") as err_f:
+        usage_file = Path(tmp) / "usage.json"
+        cmd = [sys.executable, "-c", _LAUNCHER, str(usage_file)] + RACKCTL + [str(a) for a in args]
+        # Output goes to files, not pipes: a pipe needs a reader competing for the two cores.
         proc = subprocess.Popen(cmd, cwd=cwd or ROOT, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f,
-                                env=env)
+                                env=env, start_new_session=True)
         try:
-            _, status, usage = _wait4(proc, timeout)
+            rc = proc.wait(timeout)
         except BaseException:
-            proc.kill()
+            # The launcher leads its own process group: this ends it and its rackctl, nothing else.
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+                raise BenchError(f"rackctl {' '.join(map(str, args[:2]))} ran past {timeout:.0f} s") from None
             raise
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out_f.seek(0)
         err_f.seek(0)
         out, err = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
-    run = CliRun(proc.returncode, wall, usage.ru_maxrss * 1024, out, err)
+        try:
+            usage = json.loads(usage_file.read_text())
+        except (OSError, ValueError):
+            raise BenchError(f"rackctl {' '.join(map(str, args[:2]))}: no usage recorded (exit {rc}):\n"
+                             + err[-2000:]) from None
+    run = CliRun(rc, usage["wall_s"], usage["maxrss_kib"] * 1024, out, err)
     if check is not None and run.rc not in check:
         raise BenchError(f"rackctl {' '.join(map(str, args[:2]))} exited {run.rc} (expected {list(check)}):\n"
                          + (err.strip() or out.strip())[-3000:])
     return run
-
-
-def _scratch():
-    import tempfile
-
-    return tempfile.TemporaryFile()
-
-
-def _wait4(proc: subprocess.Popen, timeout: float):
-    """``os.wait4`` with a deadline (wait4 itself blocks without one): poll with WNOHANG."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            return pid, status, usage
-        if time.monotonic() > deadline:
-            raise BenchError(f"{' '.join(proc.args[:3])} ran past {timeout:.0f} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)  # short sleeps: the wall time of a 1 s run stays accurate
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:

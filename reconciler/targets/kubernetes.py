@@ -34,6 +34,9 @@ APPLY = "application/apply-patch+yaml"
 REQUEST_TIMEOUT = (10, 120)
 STRATEGIC = "application/strategic-merge-patch+json"
 _PAGE = 500
+#: Most requests rackctl has in flight at once (Node patches of a fleet's first apply): enough to
+#: hide the round trip, few enough not to crowd the API server's priority-and-fairness queues.
+MAX_IN_FLIGHT = 16
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,18 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     if kubeconfig is not None and not os.path.exists(kubeconfig):
         # the client reads a missing file as an empty config ("No configuration found")
         raise InputError("kubeconfig not found; expected a kubeconfig file (--kubeconfig)", file=kubeconfig)
+    cfg = client.Configuration()
+    # One pooled connection per request in flight (Node patches go out MAX_IN_FLIGHT at a time).
+    cfg.connection_pool_maxsize = MAX_IN_FLIGHT
     try:
         if kubeconfig is None and context is None:
             try:
-                config.load_incluster_config()
-                return client.ApiClient()
+                config.load_incluster_config(client_configuration=cfg)
+                return client.ApiClient(cfg)
             except ConfigException:
                 pass
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        return client.ApiClient(cfg)
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as exc:
         source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

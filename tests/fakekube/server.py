@@ -898,6 +898,12 @@ def load_documents(path: str) -> list[dict]:
         return [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
 
 
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog of 5 resets connections when a client opens many at once
+    # (rackctl patches Nodes 16 at a time); a real API server accepts them.
+    request_queue_size = 128
+
 def main(argv=None) -> int:
     global STATE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -930,7 +936,7 @@ def main(argv=None) -> int:
         for doc in load_documents(path):
             STATE.put_raw(STATE.by_kind(doc.get("apiVersion", ""), doc.get("kind", "")), doc)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = _Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     STATE.port = server.server_address[1]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
