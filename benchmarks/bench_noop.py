@@ -26,6 +26,7 @@ class NoopResult:
     files_written: int
     reloads: int
     result: str  # the pass-result event's result= (ok, changed, ...)
+    error: str = ""  # the last line rackctl printed on standard error when the pass failed
 
     @property
     def ok(self) -> bool:
@@ -47,6 +48,11 @@ def run(s: Scenario) -> NoopResult:
     changed = sum(1 for k in set(before_files) | set(after_files) if before_files.get(k) != after_files.get(k))
     result = next((w.split("=", 1)[1] for line in r.err.splitlines() if "pass-result" in line
                    for w in line.split() if w.startswith("result=")), "?")
+    error = ""
+    if r.rc != 0:
+        lines = [line for line in r.err.splitlines() if line.strip()]
+        error = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else f"exit {r.rc}")
     return NoopResult(s.racks, r.wall_s, r.rc,
                       sum(1 for q in log if q["method"] in ("POST", "PUT", "PATCH", "DELETE") and not q["dryRun"]),
-                      sum(1 for q in log if q["dryRun"]), changed, s.stage.reloads() - before_reloads, result)
+                      sum(1 for q in log if q["dryRun"]), changed, s.stage.reloads() - before_reloads, result,
+                      error.strip()[:300])

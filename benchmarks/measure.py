@@ -162,3 +162,38 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+class CpuShare:
+    """How much of the machine's CPU other processes used while the benchmarks ran: the busy
+    time in ``/proc/stat`` minus this process's and its waited-for descendants' (rackctl runs,
+    the fake API server). On a shared 2-core machine a test suite running beside the benchmarks
+    inflates every time; this says by how much the cores were taken."""
+
+    def __init__(self) -> None:
+        self._start = (time.perf_counter(), _busy_s(), _own_s())
+
+    def others(self) -> float | None:
+        """Share of all cores (0..1) other processes used since construction; None off Linux."""
+        t0, busy0, own0 = self._start
+        busy1 = _busy_s()
+        if busy0 is None or busy1 is None:
+            return None
+        elapsed = (time.perf_counter() - t0) * (os.cpu_count() or 1)
+        return max(0.0, (busy1 - busy0) - (_own_s() - own0)) / elapsed if elapsed > 0 else None
+
+
+def _busy_s() -> float | None:
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_s() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))

@@ -4,7 +4,7 @@ The fake's request log (``FakeKube.requests()``) records method, path, query, st
 but no timestamps, and the fake serves one request at a time under a global lock, so it cannot
 say how many requests a client had open at once. This relay can: it listens on 127.0.0.1,
 forwards each HTTP/1.1 request of a connection to the fake in turn, and records when each
-request had fully arrived and when its answer had fully gone back. Requests in flight at a
+request had fully arrived and when its answer was about to go back. Requests in flight at a
 moment = requests received and not yet answered; the maximum is the client's concurrency.
 
 It adds a hop (and CPU on the same cores), so rates measured through it are lower than direct.
@@ -85,8 +85,10 @@ class Relay:
                 rhead, rbody = _read_message(uin)
                 if rhead is None:
                     return
-                client.sendall(rhead + rbody)
+                # Taken before the answer goes out: the client cannot send its next request (on
+                # this or another connection) before this instant, so no overlap is invented.
                 end = time.perf_counter()
+                client.sendall(rhead + rbody)
                 with self._lock:
                     self.log.append(Timed(method.decode(), path.decode().split("?", 1)[0], start, end))
         except OSError:

@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import (__version__, collectcmd, controllercheck, hostlist, kubesync, outputs, pipeline, report, savedplan,
-               progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, blastradius, collectcmd, controllercheck, hostlist, kubesync, outputs, pipeline, report,
+               savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -179,7 +179,8 @@ def _parser() -> argparse.ArgumentParser:
                            "asking: refused, nothing written, when the intent, inventory, live state or rackctl "
                            "version changed since it was made (it is stale after it is applied). As in Terraform, "
                            "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-                           "--force-conflicts, --prune-empty and --drain-first are refused with it")
+                           "--force-conflicts, --prune-empty, --allow-destructive and --drain-first are refused "
+                           "with it")
         else:
             c.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text",
                            help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -236,6 +237,10 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
                    "plan/drift) takes over fields another field manager owns (default: a conflict is an error)")
     c.add_argument("--prune-empty", action="store_true", help="allow removing every rackctl object and "
                    "label when the desired Kubernetes state is empty (default: refused, an error)")
+    c.add_argument("--allow-destructive", action="store_true", help="allow a plan that removes or drains more "
+                   "of the fleet than policy.blastRadius permits (default: more than 10%% of the trays removed "
+                   "from the Slurm topology or stripped of rackctl's Node labels, or held drained/tainted/"
+                   "cordoned, is an error: an empty discovery or a fabric manager outage looks like that)")
     if not apply:
         c.add_argument("--live-snapshot", metavar="FILE", help="read the live state (Slurm files and controller, "
                        "Kubernetes objects) from this `rackctl snapshot` file instead of the cluster, e.g. on a CI "
@@ -361,7 +366,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     state = _state(args, intent)
     outputs.refuse_run_inputs(args.out, intent, state.path, field="--out")
     run = _compute(intent, state, offline=args.offline, show_users=args.show_users, kube=_kube_options(args),
-                   snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, args.out))
+                   snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, args.out),
+                   allow_destructive=args.allow_destructive)
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -371,7 +377,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
     run = _compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
-                   kube=_kube_options(args), snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline))
+                   kube=_kube_options(args), snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline),
+                   allow_destructive=args.allow_destructive)
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -385,10 +392,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     state = _state(args, intent)
     kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
-        run = _compute(intent, state, offline=args.offline, kube=kube)
+        recover_interrupted(args, intent, state)
+        run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
         if saved is not None:
             savedplan.check_current(saved, run.plan)
         return apply_run(args, run, kube, saved=saved)
+
+
+def recover_interrupted(args: argparse.Namespace, intent: Intent, state: StateDir) -> str | None:
+    """Roll back a Slurm files apply killed half-way (``slurm_target.recover``), before anything
+    else is read; the caller holds the state dir's lock. Prints and returns the one line saying
+    what it did (None: nothing was interrupted). Raises ``TargetError`` when it cannot (then
+    nothing else happens)."""
+    note = slurm_target.recover(intent, state, reload=not args.no_reload, offline=args.offline)
+    if note is not None:
+        print(f"Recovery: {note}.", flush=True)
+    return note
 
 
 def check_apply_options(args: argparse.Namespace, intent: Intent) -> None:
@@ -410,7 +429,10 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
     plan, intent = run.plan, run.intent
     if plan.has_errors:
         sys.stdout.write(report.render(plan, "text"))
-        raise RackctlError("the plan has errors; nothing was applied")
+        blast = any(d.code == blastradius.CODE and d.severity == "error" for d in plan.diagnostics)
+        raise RackctlError("the plan has errors; nothing was applied",
+                           hint="it removes or drains more of the fleet than policy.blastRadius allows (see above); "
+                           "if that is meant, apply with --allow-destructive" if blast else None)
     if plan.stale_inventory and not args.allow_stale_inventory:
         sys.stdout.write(report.render(plan, "text"))
         raise RackctlError("the inventory is stale or incomplete (see above); nothing was applied",
@@ -457,11 +479,23 @@ def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:
     """Write the Kubernetes changes, record them, and check that a fresh comparison is empty."""
     kpass = run.kube
     assert kpass is not None
-    with progress.bar("applying Kubernetes changes") as bar:
-        done = kubesync.apply(kpass, kube, on_progress=bar.callback)
+    done = kubesync.KubeApplied()
+    try:
+        with progress.bar("applying Kubernetes changes") as bar:
+            kubesync.apply(kpass, kube, on_progress=bar.callback, done=done)
+    except TargetError:
+        # Record what landed and only that: the next plan (and an offline one) shows the rest.
+        run.state.write_kube_record(kubesync.partial_record(kpass, done, run.state.read_kube_record()))
+        for line in (kubesync.partial_note(kpass, done), kubesync.retry_note(kpass)):
+            if line:
+                print(line, file=sys.stderr)
+        raise
     run.state.write_kube_record(kubesync.record_of(kpass, done.vanished))
     print(f"Kubernetes: labelled {done.labelled} Node(s), applied {done.applied} object(s), "
           f"{done.tainted} taint/cordon change(s), pruned {done.pruned} object(s).")
+    note = kubesync.retry_note(kpass)
+    if note:
+        print(note, file=sys.stderr)
     if done.vanished:
         print(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}",
               file=sys.stderr)

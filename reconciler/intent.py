@@ -31,6 +31,10 @@ DEFAULT_IMEX_CHANNELS = 2048
 IMEX_SCRIPTS = {"PrologSlurmctld": "rackctl-imex-prolog-slurmctld.sh", "Prolog": "rackctl-imex-prolog.sh",
                 "Epilog": "rackctl-imex-epilog.sh"}
 DEFAULT_DRAIN_AFTER_PASSES = 2  # a flapping link must not drain a tray on one bad reading
+#: ``policy.blastRadius``: the largest share of the trays one plan may remove or drain without
+#: ``--allow-destructive`` (an empty discovery or a fabric manager outage looks like "all of them").
+DEFAULT_MAX_REMOVED_SHARE = 0.1
+DEFAULT_MAX_DRAINED_SHARE = 0.1
 DEFAULT_RESUME_AFTER_S = 15 * 60  # switch/nvidia_imex imex_channel_count default
 
 
@@ -100,6 +104,18 @@ class Damping:
     drain_after_passes: int = DEFAULT_DRAIN_AFTER_PASSES
     drain_after_s: int = 0
     resume_after_s: int = DEFAULT_RESUME_AFTER_S
+
+
+@dataclass(frozen=True)
+class BlastRadius:
+    """``policy.blastRadius``: shares (0 < share <= 1) of the trays above which a plan is refused
+    without ``--allow-destructive``. ``max_removed_share``: trays the plan takes out of the Slurm
+    topology or strips of rackctl's Kubernetes labels, of those there now; ``max_drained_share``:
+    trays rackctl would hold out of service (drained, tainted or cordoned) once the plan's new
+    drains are done, of the placed trays."""
+
+    max_removed_share: float = DEFAULT_MAX_REMOVED_SHARE
+    max_drained_share: float = DEFAULT_MAX_DRAINED_SHARE
 
 
 @dataclass(frozen=True)
@@ -215,6 +231,7 @@ class Intent:
     slurm_enabled: bool = True
     kubernetes: KubernetesTarget | None = None
     digest: str = ""  # sha256:<hex> of the intent file's text as read (what a saved plan was made from)
+    blast_radius: BlastRadius = BlastRadius()
 
     def rack(self, name: str) -> Rack | None:
         """The rack named ``name``, or None."""
@@ -255,6 +272,11 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         raise smap.error(("defaults", "health", "minHealthyShare"),
                          f"{health['minHealthyShare']} is not a number; expected a share from 0 to 1")
     tiers_data = data.get("tiers", [])
+    blast = data.get("policy", {}).get("blastRadius", {})
+    for key in ("maxRemovedShare", "maxDrainedShare"):
+        if key in blast and not math.isfinite(blast[key]):  # YAML .nan passes every min/max test
+            raise smap.error(("policy", "blastRadius", key), f"{blast[key]} is not a number; expected a share "
+                             "above 0, at most 1 (0.1 = 10% of the trays)")
 
     racks: list[Rack] = []
     seen_racks: dict[str, int] = {}
@@ -341,6 +363,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         slurm_enabled=slurm_enabled,
         kubernetes=kubernetes,
         digest=digest,
+        blast_radius=BlastRadius(float(blast.get("maxRemovedShare", DEFAULT_MAX_REMOVED_SHARE)),
+                                 float(blast.get("maxDrainedShare", DEFAULT_MAX_DRAINED_SHARE))),
     )
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)

@@ -93,7 +93,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                                             "with what rackctl last applied (the state dir), not with the cluster",
                                             "kubernetes"))
         return kpass
-    api = replay or KubeApi(connect(options.kubeconfig, options.context))
+    api = replay or KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
     served = api.served_kinds(kueue.GROUP)
     versions = kueue.choose_versions(target.kueue_version, served)
     kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)
@@ -211,23 +211,29 @@ def _shown(doc: dict[str, Any] | None) -> list[str]:
 
 @dataclass
 class KubeApplied:
-    """What ``apply`` did: counts, and Nodes that vanished before their patch."""
+    """What ``apply`` did: counts, Nodes that vanished before their patch, and what is known to
+    have landed: ``labels_landed``/``taints_landed`` (Nodes whose label or taint/cordon patch the
+    server answered), ``objects_landed`` (addresses of objects applied or pruned)."""
 
     labelled: int = 0
     applied: int = 0
     pruned: int = 0
     tainted: int = 0
     vanished: list[str] = field(default_factory=list)
+    labels_landed: set[str] = field(default_factory=set)
+    taints_landed: set[str] = field(default_factory=set)
+    objects_landed: set[str] = field(default_factory=set)
 
 
 def apply(kpass: KubePass, options: KubeOptions, *,
-          on_progress: Callable[[int, int], None] | None = None) -> KubeApplied:
-    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write.
-    ``on_progress(done, total)``: called with 0 first, then after each write (a Node patch, an
-    object applied or pruned)."""
+          on_progress: Callable[[int, int], None] | None = None, done: KubeApplied | None = None) -> KubeApplied:
+    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write
+    (after the retries of ``targets.kubernetes``). ``on_progress(done, total)``: called with 0
+    first, then after each write (a Node patch, an object applied or pruned). ``done``: filled
+    in as writes land (and returned), so that after a failure the caller knows what did."""
     api, cmp = kpass.api, kpass.comparison
     assert api is not None and cmp is not None
-    done = KubeApplied()
+    done = done if done is not None else KubeApplied()
     total = len(cmp.label_patches) + len(kpass.applies) + len(cmp.health_patches) + len(cmp.deletes)
     writes = 0
 
@@ -239,25 +245,30 @@ def apply(kpass: KubePass, options: KubeOptions, *,
 
     if on_progress is not None:
         on_progress(0, total)
-    done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote)
+    done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote, landed=done.labels_landed)
     for obj in kpass.applies:
         api.apply(obj, dry_run=False, force=options.force_conflicts)
         done.applied += 1
+        done.objects_landed.add(obj.address)
         wrote()
-    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote)
+    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote,
+                               landed=done.taints_landed)
     done.vanished.sort(key=hostlist.natural_key)  # patches finish in any order
     for obj in reversed(cmp.deletes):
         api.delete(obj, dry_run=False)
         done.pruned += 1
+        done.objects_landed.add(obj.address)
         wrote()
     return done
 
 
-def patch_nodes(api: KubeApi, patches: list, vanished: list[str], wrote: Callable[[], None]) -> int:
+def patch_nodes(api: KubeApi, patches: list, vanished: list[str], wrote: Callable[[], None], *,
+                landed: set[str] | None = None) -> int:
     """Send ``patches`` (``kubeplan`` Node patches), at most ``MAX_IN_FLIGHT`` at a time: a fleet's
     first apply patches 36,000 Nodes, one round trip each. Returns how many were patched; the
-    Nodes that no longer exist are added to ``vanished``. After a failed patch no new one is sent;
-    those in flight finish, then the first failure (``TargetError``) is raised."""
+    Nodes that no longer exist are added to ``vanished``, those patched to ``landed`` (when
+    given). After a failed patch no new one is sent; those in flight finish, then the first
+    failure (``TargetError``) is raised."""
     patched, failure = 0, None
     queue = iter(patches)
     with ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT) as pool:
@@ -273,6 +284,8 @@ def patch_nodes(api: KubeApi, patches: list, vanished: list[str], wrote: Callabl
                     continue
                 if found:
                     patched += 1
+                    if landed is not None:
+                        landed.add(p.node)
                 else:
                     vanished.append(p.node)
                 wrote()
@@ -292,3 +305,47 @@ def record_of(kpass: KubePass, vanished: list[str]) -> KubeRecord:
     return KubeRecord({n: digest(labels) for n, labels in d.node_labels.items()
                        if n in kpass.live.nodes and n not in gone},
                       {o.address: digest(o.body) for o in d.objects})
+
+
+def partial_record(kpass: KubePass, done: KubeApplied, before: KubeRecord) -> KubeRecord:
+    """The record to keep after an apply that failed part-way: ``record_of`` for what held
+    already or is known to have landed (``done``), ``before``'s entry (what the last apply set,
+    or none) for every Node label patch, object apply and prune that did not land, or whose
+    answer never came. So the record never claims a write that did not land: an offline plan
+    still shows it, and a later edit of it is not taken for drift."""
+    assert kpass.comparison is not None
+    full = record_of(kpass, done.vanished)
+    labels, objects = dict(full.labels), dict(full.objects)
+    for p in kpass.comparison.label_patches:
+        if p.node not in done.labels_landed:
+            labels.pop(p.node, None)
+            if p.node in before.labels and p.node not in done.vanished:
+                labels[p.node] = before.labels[p.node]
+    for obj in [*kpass.applies, *kpass.comparison.deletes]:
+        if obj.address not in done.objects_landed:
+            objects.pop(obj.address, None)
+            if obj.address in before.objects:
+                objects[obj.address] = before.objects[obj.address]
+    return KubeRecord(labels, objects)
+
+
+def partial_note(kpass: KubePass, done: KubeApplied) -> str:
+    """One line on an apply that stopped part-way: what landed of what was planned."""
+    assert kpass.comparison is not None
+    cmp = kpass.comparison
+    return (f"Kubernetes: stopped part-way: labelled {len(done.labels_landed)} of {len(cmp.label_patches)} Node(s), "
+            f"applied {done.applied} of {len(kpass.applies)} object(s), {len(done.taints_landed)} of "
+            f"{len(cmp.health_patches)} taint/cordon change(s), pruned {done.pruned} of {len(cmp.deletes)} "
+            "object(s); `rackctl plan` shows what is left")
+
+
+def retry_note(kpass: KubePass) -> str | None:
+    """One line on the retries of this pass's requests (``KubeApi.retried``), or None when there
+    were none: ``"Kubernetes: 7 retries after transient failures (HTTP 500 x3, HTTP 429 x2, timed
+    out x2)"``."""
+    retried = getattr(kpass.api, "retried", None)
+    if not retried:
+        return None
+    total = sum(retried.values())
+    parts = ", ".join(f"{why} x{n}" for why, n in sorted(retried.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"Kubernetes: {total} retr{'y' if total == 1 else 'ies'} after transient failures ({parts})"

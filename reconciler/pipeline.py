@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from . import controllercheck, freshness, imexcheck, kubesync, provenance
+from . import blastradius, controllercheck, freshness, imexcheck, kubesync, provenance
 from .diagnostics import INFO, SEVERITIES, WARNING, Diagnostic
 from .errors import InputError
 from .fabric import Fabric, build_fabric
@@ -68,7 +68,7 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
 
 def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
             show_users: bool = False, kube: KubeOptions = KubeOptions(), snapshot: LiveSnapshot | None = None,
-            inventory_progress: Callable[[int, int], None] | None = None) -> Run:
+            inventory_progress: Callable[[int, int], None] | None = None, allow_destructive: bool = False) -> Run:
     """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
     The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
@@ -76,8 +76,9 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     the API server is read unless ``offline`` (``kube``: how to reach it). ``snapshot``: read
     every live thing (Slurm files, controller, API server) from this live snapshot instead.
     ``show_users``: name the owners of running jobs in the plan. ``inventory_progress(done,
-    total)``: told as the inventory is read (``load_inventory``'s ``on_progress``). Raises
-    ``InputError``/``TargetError`` for unreadable or invalid input."""
+    total)``: told as the inventory is read (``load_inventory``'s ``on_progress``).
+    ``allow_destructive``: a plan above ``policy.blastRadius`` gets a warning, not an error
+    (``blastradius``). Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
     now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
@@ -100,6 +101,9 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         desired = plan_slurm(intent, fabric, History())
         files = {}
     diags: list[Diagnostic] = list(desired.diagnostics)
+    pending = slurm_target.interrupted(state)  # apply and reconcile --mode apply recovered it already
+    if pending is not None:
+        diags.append(pending)
     if snapshot is not None:
         diags.append(_snapshot_note(snapshot, now))
         if intent.slurm_enabled and intent.imex == "per-job" and snapshot.config_dir_relative:
@@ -127,6 +131,10 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
     node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
+    topology = intent.slurm.topology_file
+    live_blocks = slurm_target.parse_blocks(live.files.get(topology), topology) if intent.slurm_enabled else []
+    diags += blastradius.check(intent, live_blocks=live_blocks, placed=desired.placed_hosts, slurm_rows=node_plan.rows,
+                               kpass=kpass, allow_destructive=allow_destructive)
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     source = provenance.Provenance(
         intent.digest, inventory.value(),
@@ -136,7 +144,7 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         provenance.PlannedWith(provenance.where(intent.inventory_path, intent.path),
                                provenance.where(intent.slurm.config_dir, intent.path) if intent.slurm_enabled else None,
                                offline, kube.force_conflicts, kube.prune_empty,
-                                               snapshot.taken_at if snapshot else None))
+                                               snapshot.taken_at if snapshot else None, allow_destructive))
     plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view)
     plan.drift += imex_drift
     plan.show_users = show_users

@@ -71,7 +71,8 @@ class PlannedWith:
     Slurm config dir (relative to the intent file's folder when inside it, else absolute; the
     config dir None when the Slurm target is off) and the ``--offline``, ``--force-conflicts`` and
     ``--prune-empty`` switches. ``live_snapshot``: when the live state came from ``--live-snapshot``,
-    the time that snapshot was taken (RFC 3339); such a plan is not applied."""
+    the time that snapshot was taken (RFC 3339); such a plan is not applied. ``allow_destructive``:
+    ``--allow-destructive`` (a plan above ``policy.blastRadius`` is applied with it)."""
 
     inventory: str
     slurm_config_dir: str | None
@@ -79,14 +80,18 @@ class PlannedWith:
     force_conflicts: bool
     prune_empty: bool
     live_snapshot: str | None = None
+    allow_destructive: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """``provenance.planned_with`` of the JSON plan (``live_snapshot`` only when set)."""
+        """``provenance.planned_with`` of the JSON plan (``live_snapshot`` only when set,
+        ``allow_destructive`` only when true: plans made without it read as before)."""
         out: dict[str, Any] = {"inventory": self.inventory, "slurm_config_dir": self.slurm_config_dir,
                                "offline": self.offline, "force_conflicts": self.force_conflicts,
                                "prune_empty": self.prune_empty}
         if self.live_snapshot is not None:
             out["live_snapshot"] = self.live_snapshot
+        if self.allow_destructive:
+            out["allow_destructive"] = True
         return out
 
 

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from . import history, kubesync, leaselock, outputs, pipeline, report
 from .errors import InputError, RackctlError
-from .intent import duration_s, load_intent
+from .intent import Intent, duration_s, load_intent
 from .statedir import StateDir, default_state_dir
 
 EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
@@ -174,7 +174,10 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
                 if failure is not None:
                     raise failure
                 with _leased(args, log, out.cluster) as lease:
-                    _plan_or_apply(args, kube, pipeline.compute(intent, state, offline=args.offline, kube=kube), out)
+                    _recover(args, log, intent, state)
+                    run = pipeline.compute(intent, state, offline=args.offline, kube=kube,
+                                           allow_destructive=args.allow_destructive)
+                    _plan_or_apply(args, kube, run, out)
             except leaselock.LeaseHeld:
                 raise  # as when the state dir is locked: nothing of this pass to record
             except (RackctlError, OSError) as exc:
@@ -212,6 +215,17 @@ def _leased(args: argparse.Namespace, log: EventLog, cluster: str) -> Iterator[l
             yield lock
     finally:
         api_client.close()
+
+
+def _recover(args: argparse.Namespace, log: EventLog, intent: Intent, state: StateDir) -> None:
+    """In apply mode, roll back a Slurm files apply killed half-way before the pass plans (and
+    log it); a plan-only pass changes nothing, and its plan reports it as an error instead."""
+    from .cli import recover_interrupted  # cli imports this module to register it
+
+    if args.mode == "apply":
+        note = recover_interrupted(args, intent, state)
+        if note is not None:
+            log.event("warning", "recovered", intent.name, message=note)
 
 
 def _plan_or_apply(args: argparse.Namespace, kube: kubesync.KubeOptions, run: pipeline.Run, out: Outcome) -> None:

@@ -13,9 +13,11 @@ made with ``--offline`` for a Kubernetes target (written only through the API se
 and a plan made from a live snapshot (``plan --live-snapshot``: a review copy).
 
 As in Terraform, a saved plan carries its planning settings (``provenance.planned_with``):
-``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts`` and ``--prune-empty``
-come from the plan and are refused beside ``--plan``, as is ``--drain-first`` (which would apply
-something else). How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
+``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts``, ``--prune-empty`` and
+``--allow-destructive`` come from the plan and are refused beside ``--plan``, as is ``--drain-first``
+(which would apply something else). A plan above ``policy.blastRadius`` made without
+``--allow-destructive`` has an error and is refused; one made with it is applied as reviewed.
+How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
 the apply-time switches (``--no-reload``, ``--allow-stale-inventory``) stay the caller's: plan and
 apply may run with different credentials; the digests prove they saw the same state.
 
@@ -52,7 +54,8 @@ from .yamlsource import display_path, read_json_object
 #: brings its own settings, so these are refused beside ``--plan``.
 PLANNING_OPTIONS = (("inventory", "--inventory"), ("slurm_config_dir", "--slurm-config-dir"),
                     ("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
-                    ("prune_empty", "--prune-empty"), ("drain_first", "--drain-first"))
+                    ("prune_empty", "--prune-empty"), ("allow_destructive", "--allow-destructive"),
+                    ("drain_first", "--drain-first"))
 #: Largest plan file read (bytes): a fleet's plan holds whole diffs of its topology and IMEX maps.
 MAX_PLAN_BYTES = 1024 * 1024 * 1024
 AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply that file"
@@ -73,7 +76,7 @@ class SavedPlan:
 def load_for_apply(args: argparse.Namespace) -> SavedPlan:
     """Read the saved plan ``args.plan`` for ``apply`` and set the planning options on ``args``
     from it: ``inventory`` and ``slurm_config_dir`` (absolute paths, found from the intent file
-    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``.
+    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``, ``allow_destructive``.
 
     Raises ``InputError`` for a planning option given beside ``--plan`` (``PLANNING_OPTIONS``) and
     for a plan file that cannot be applied (see ``read``)."""
@@ -88,6 +91,7 @@ def load_for_apply(args: argparse.Namespace) -> SavedPlan:
     args.inventory = str(resolve(made.inventory, Path(args.file)))
     args.slurm_config_dir = str(resolve(made.slurm_config_dir, Path(args.file))) if made.slurm_config_dir else None
     args.offline, args.force_conflicts, args.prune_empty = made.offline, made.force_conflicts, made.prune_empty
+    args.allow_destructive = made.allow_destructive
     return saved
 
 

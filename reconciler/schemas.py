@@ -194,7 +194,8 @@ def describe(err: jsonschema.ValidationError) -> str:
     elif err.validator in ("minProperties", "maxProperties") and hint:
         msg = f"{err.message}; expected {hint}"
     else:
-        msg = err.message + (f" ({hint})" if hint and err.validator == "type" else "")
+        bounds = ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        msg = err.message + (f" ({hint})" if hint and err.validator in bounds else "")
     # jsonschema quotes the whole offending value; a big one (a whole inventory) would bury
     # the message, so quote only its beginning.
     full = repr(err.instance)

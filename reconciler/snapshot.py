@@ -64,7 +64,7 @@ def take(intent: Intent, kube: KubeOptions, *, offline: bool = False) -> dict[st
     if intent.slurm_enabled:
         doc["slurm"] = _take_slurm(intent, offline)
     if intent.kubernetes is not None:
-        api = KubeApi(connect(kube.kubeconfig, kube.context))
+        api = KubeApi(connect(kube.kubeconfig, kube.context, client_retries=False))
         doc["kubernetes"] = _take_kubernetes(api, intent.kubernetes.label_prefix)
     return doc
 

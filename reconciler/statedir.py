@@ -8,6 +8,8 @@ Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``
                                     (removed again, with the folders made for it, by a holder that
                                     made it and added nothing else: a refused apply)
     <cluster>/applied.json          last successful apply (file digests, block layout)
+    <cluster>/journal.json          only while a Slurm files apply runs, or after one was killed
+                                    half-way: what it changes (journal.py)
     <cluster>/health.json           per-tray health history for drain/resume damping
     <cluster>/kubernetes.json       what the last Kubernetes apply set (digests per Node and object)
     <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)

@@ -621,7 +621,8 @@ def run_verify(intent: Intent, state: StateDir) -> Report:
     if not slurm_controller.ping():
         raise TargetError("slurmctld is not answering `scontrol ping`; the placement proof asks the running "
                           "controller", hint="start slurmctld, or point SLURM_CONF at the cluster's slurm.conf")
-    run = pipeline.compute(intent, state)
+    # The proof applies nothing: a plan above policy.blastRadius still has a desired state to probe.
+    run = pipeline.compute(intent, state, allow_destructive=True)
     if run.plan.has_errors:
         first = next(d for d in run.plan.diagnostics if d.severity == "error")
         raise RackctlError(f"the plan has errors (first: {first.message}); the placement proof needs a valid "

@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> pipeline.Run:
         return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(
             args.kubeconfig, args.context, args.force_conflicts, args.prune_empty),
             snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, getattr(args, "out", None)),
-            inventory_progress=bar.callback)
+            inventory_progress=bar.callback, allow_destructive=args.allow_destructive)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -67,19 +67,21 @@ def read_text(path: Path, *, what: str, max_bytes: int) -> str:
     device would block or never end), larger than ``max_bytes``, not UTF-8, or holds NUL bytes
     (binary junk).
     """
-    name = display_path(path)
     if str(path) == "-" and not path.exists():
         raise InputError(f"{what} '-': reading standard input is not supported; expected a file path")
-    raw = read_bytes_capped(path, what=what, max_bytes=max_bytes, error=lambda m: InputError(m, file=name))
+    # display_path only on an error: an inventory folder is read 36,000 files at a time.
+    raw = read_bytes_capped(path, what=what, max_bytes=max_bytes,
+                            error=lambda m: InputError(m, file=display_path(path)))
     if raw is None:
-        raise InputError(f"{what} not found", file=name)
+        raise InputError(f"{what} not found", file=display_path(path))
     if b"\0" in raw:
-        raise InputError(f"{what} holds binary data (NUL bytes); UTF-8 text was expected", file=name)
+        raise InputError(f"{what} holds binary data (NUL bytes); UTF-8 text was expected", file=display_path(path))
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", file=name, line=line) from None
+        raise InputError(f"{what} is not valid UTF-8 (byte {exc.start})", file=display_path(path),
+                         line=line) from None
 
 
 def read_json_object(path: Path, *, what: str, max_bytes: int, hint: str, kind: str | None = None) -> dict[str, Any]:

@@ -111,3 +111,15 @@ def custom(kube, plural: str, name: str, version: str = "v1beta2") -> dict | Non
         if exc.status == 404:
             return None
         raise
+
+
+def take_over_flavor_topology(kube) -> None:
+    """Another field manager (``platform-admin``) takes ``spec.topologyName`` of the applied
+    ResourceFlavor ``gb200-dev`` by a forced server-side apply: rackctl's next apply conflicts."""
+    from kubernetes import client
+
+    client.CustomObjectsApi(kube.api_client()).patch_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", "gb200-dev",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-dev"},
+         "spec": {"topologyName": "other-topology"}},
+        field_manager="platform-admin", force=True, _content_type="application/apply-patch+yaml")

@@ -6,43 +6,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 
 import pytest
 from clihelp import ROOT, assert_one_error, rackctl, snapshot
 
 from reconciler.errors import TargetError
+from fakeslurm import fake_slurm_bin
 from reconciler.targets import slurm_controller as sc
 
 DATA = ROOT / "tests" / "data" / "slurm-24.11"
 
 
 def _fake_slurm(tmp_path, nodes_doc: str):
-    """scontrol/squeue/sacctmgr that answer like the captured 24.11.5 controller, except
-    `scontrol show nodes --json`, which prints ``nodes_doc``."""
-    bin_ = tmp_path / "fakebin"
-    bin_.mkdir()
+    """The captured controller's commands, except `scontrol show nodes --json`, which prints
+    ``nodes_doc``."""
     (tmp_path / "nodes.json").write_text(nodes_doc)
-    scripts = {
-        "scontrol": f"""#!/bin/sh
-case "$*" in
-  ping) cat "{DATA}/ping.txt" ;;
-  --version) cat "{DATA}/version.txt" ;;
-  "show topology") cat "{DATA}/show-topology.txt" ;;
-  "show nodes --json") cat "{tmp_path}/nodes.json" ;;
-  "show partition --json") cat "{DATA}/show-partition.json" ;;
-  "show config") cat "{DATA}/show-config.txt" ;;
-  *) echo "unexpected: $*" >&2; exit 1 ;;
-esac
-""",
-        "squeue": f'#!/bin/sh\ncat "{DATA}/squeue.json"\n',
-        "sacctmgr": "#!/bin/sh\necho 'You are not running a supported accounting_storage plugin' >&2\nexit 1\n",
-    }
-    for name, text in scripts.items():
-        f = bin_ / name
-        f.write_text(text)
-        f.chmod(f.stat().st_mode | stat.S_IXUSR)
-    return bin_
+    return fake_slurm_bin(tmp_path / "fakebin", nodes_json=tmp_path / "nodes.json")
 
 
 @pytest.mark.parametrize("doc, why", [

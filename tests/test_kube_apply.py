@@ -12,7 +12,7 @@ import yaml
 from clihelp import EXAMPLES_DIR, run_main
 from fakekube import CRD_DIR, FakeKube
 from kubehelp import (PREFIX, WRITES, custom, dry_runs, example_on, get_node, hosts_of, kubernetes_only_rack_cliques, node,
-                      writes)
+                      take_over_flavor_topology, writes)
 from reconciler import schemas
 
 def test_plan_then_apply_then_nothing(kube, cluster, capsys):
@@ -144,15 +144,9 @@ def test_a_failed_read_blocks_everything(kube, cluster, capsys, tmp_path):
 
 
 def test_conflict_is_reported_unless_forced(kube, cluster, capsys):
-    from kubernetes import client
-
     intent, args = cluster
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
-    client.CustomObjectsApi(kube.api_client()).patch_cluster_custom_object(
-        "kueue.x-k8s.io", "v1beta2", "resourceflavors", "gb200-dev",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-dev"},
-         "spec": {"topologyName": "other-topology"}},
-        field_manager="platform-admin", force=True, _content_type="application/apply-patch+yaml")
+    take_over_flavor_topology(kube)
     res = run_main(capsys, "plan", *args, "--format", "json")
     assert res.rc == 1, res
     errors = [d for d in json.loads(res.out)["diagnostics"] if d["severity"] == "error"]

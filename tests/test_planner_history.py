@@ -50,7 +50,8 @@ class Site:
             f"inventory: {{path: inventory.json}}\ndefaults: {{trays: 18, slicing: {slicing}}}\n"
             "racks:\n" + "\n".join(lines) + "\n"
             f"tiers:\n  - {{name: all, slices: [{', '.join(racks)}], slurm: {{partition: gb200}}}}\n"
-            f"policy: {{imex: per-job, maxJobSpan: {span}}}\n"
+            # These histories remove whole racks on purpose: no blast-radius limit on removals.
+            f"policy: {{imex: per-job, maxJobSpan: {span}, blastRadius: {{maxRemovedShare: 1}}}}\n"
             "targets: {slurm: {version: \"24.11\", configDir: slurm}}\n")
         nr.write_file(self.root / "inventory.json", nodes)
         every = ",".join(hosts(r) for r in UUIDS)

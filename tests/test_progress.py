@@ -79,11 +79,15 @@ def test_kubernetes_apply_counts_every_write():
     def patch(node: str) -> SimpleNamespace:
         return SimpleNamespace(node=node, body=lambda: {})
 
-    cmp = KubeComparison(candidates=[], deletes=["Topology/old"], label_patches=[patch("n1"), patch("gone"), patch("n3")],
+    def obj(address: str) -> SimpleNamespace:
+        return SimpleNamespace(address=address)
+
+    cmp = KubeComparison(candidates=[], deletes=[obj("Topology/old")],
+                         label_patches=[patch("n1"), patch("gone"), patch("n3")],
                          label_reasons={}, causes={}, drift=[], diagnostics=[],
                          health_patches=[("taint", patch("n3"), "unhealthy")])
     api = _Api()
-    kpass = kubesync.KubePass(desired=None, api=api, comparison=cmp, applies=["Topology/a", "ResourceFlavor/b"])
+    kpass = kubesync.KubePass(desired=None, api=api, comparison=cmp, applies=[obj("Topology/a"), obj("ResourceFlavor/b")])
     seen, on_progress = _calls()
     done = kubesync.apply(kpass, kubesync.KubeOptions(), on_progress=on_progress)
     assert (done.labelled, done.applied, done.tainted, done.pruned, done.vanished) == (2, 2, 1, 1, ["gone"])

@@ -310,3 +310,41 @@ def test_a_controller_that_does_not_answer_is_an_error_not_an_empty_plan(slurm_b
     assert "slurmctld is not answering `scontrol ping`" in res.err
     offline = live.run("plan", "--offline")
     assert offline.rc == 2, offline
+
+
+def test_a_controller_that_goes_down_during_apply_gets_the_old_files_back(slurm_bed, tmp_path):
+    # The controller dies as the reload is sent (`scontrol reconfigure` cannot reach it): the
+    # files are rolled back and apply exits 1. It is back (restarted) when rackctl reloads the
+    # old files, and runs the old blocks and partition; the apply record still names the old files.
+    intent = _copy_example("two-racks-whole", tmp_path)
+    bed = slurm_bed("gb-a[01-02]-n[01-18]")
+    live = Live(bed, tmp_path, intent)
+    assert live.run("apply").rc == 0
+    names = ("topology.conf", "rackctl.conf")
+    before = {n: (bed.config_dir / n).read_bytes() for n in names}
+    record = (live.state / "two-racks" / "applied.json").read_bytes()
+    reload = tmp_path / "reload-dies.sh"
+    reload.write_text(f"""#!/bin/sh
+if [ ! -e {tmp_path}/died ]; then
+    touch {tmp_path}/died
+    pid=$(cat {bed.dir}/run/slurmctld.pid)
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    exec scontrol reconfigure
+fi
+{ROOT / "scripts" / "slurm-testbed"} restart {bed.dir} >/dev/null
+exec scontrol reconfigure
+""")
+    reload.chmod(0o755)
+    intent.write_text(intent.read_text().replace('maxTime: "2-00:00:00"', 'maxTime: "3-00:00:00"')
+                      .replace('reload: ["scontrol", "reconfigure"]', f'reload: ["{reload}"]'))
+    res = live.run("apply")
+    assert res.rc == 1, res
+    assert "rejected: slurm_reconfigure error: Unable to contact slurm controller (connect failure); the files " \
+        "were rolled back and the old files were reloaded" in res.err, res
+    assert {n: (bed.config_dir / n).read_bytes() for n in names} == before
+    assert (live.state / "two-racks" / "applied.json").read_bytes() == record
+    assert not (live.state / "two-racks" / "journal.json").exists()
+    assert bed.ping()
+    assert live.blocks() == [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]
+    assert "MaxTime=2-00:00:00" in bed.run("scontrol", "show", "partition", "gb200").stdout

@@ -53,7 +53,8 @@ class Site:
             "racks:\n" + "".join(f"  - {{name: {r}, select: {{clusterUUID: {UUIDS[r]}}}}}\n" for r in racks)
             + "tiers:\n" + "".join(f"  - {{name: {t}, slices: [{', '.join(refs)}], slurm: {{partition: p-{t}}}}}\n"
                                    for t, refs in tiers.items())
-            + f"policy: {{maxJobSpan: {span}}}\n"
+            # These tests remove whole racks on purpose: no blast-radius limit on removals.
+            + f"policy: {{maxJobSpan: {span}, blastRadius: {{maxRemovedShare: 1}}}}\n"
             f"targets: {{slurm: {{version: \"{version}\", configDir: slurm, topologyFile: {topology}}}}}\n")
         nr.write_file(self.root / "inventory.json", *[nr.rack(f"gb-{r}-n[01-18]", UUIDS[r]) for r in racks])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -39,7 +40,14 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
     if not path.exists():
         raise InputError("inventory not found; expected a NodeReport directory or file",
                          file=display_path(path), hint="create one with `rackctl inventory`")
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if path.is_dir():
+        # Names sorted as text, paths built once: 36,000 Path comparisons and relpaths add seconds.
+        names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".json"))
+        shown = display_path(path)
+        files = [path / n for n in names]
+        shown_names = [os.path.join(shown, n) for n in names]
+    else:
+        files, shown_names = [path], [display_path(path)]
     if path.is_dir() and not files:
         raise InputError("inventory directory holds no *.json NodeReports", file=display_path(path))
     nodes: list[dict[str, Any]] = []
@@ -48,8 +56,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
     per_file = on_progress if path.is_dir() else None
     if per_file is not None:
         per_file(0, len(files))
-    for done, f in enumerate(files, 1):
-        name = display_path(f)
+    for done, (f, name) in enumerate(zip(files, shown_names), 1):
         doc, floats = _read_json(f, on_file)
         if not isinstance(doc, dict):
             raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "

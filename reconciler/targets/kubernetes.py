@@ -5,6 +5,16 @@ kubeconfig). Lists are read as raw JSON (``_preload_content=False``) and paged: 
 model classes cost seconds per thousand Nodes. Every failure becomes a ``TargetError`` naming
 the request; a failed read is never "nothing live".
 
+Transient failures are retried (``RETRY``: bounded attempts, backoff with jitter, Retry-After
+honoured), each retry counted in ``KubeApi.retried``: 5xx InternalError/ServiceUnavailable/
+gateway answers, 429, the optimistic-concurrency 409 ("the object has been modified") of a
+request without a resourceVersion precondition, refused or reset connections and read timeouts.
+Every rackctl write is idempotent (server-side apply, label patches with absolute values,
+deletes), so a write whose answer was lost may be sent again. Never retried: 400/401/403/404/422,
+a 409 from server-side apply's field ownership (another manager's fields), and a 409 on a Node
+patch that carries a resourceVersion (the Node changed: the plan must be made again). A list
+whose continue token expired (410) starts again from the beginning, once.
+
 Writes follow Kubernetes' own rules:
 - rackctl's objects (Kueue Topology, ResourceFlavor, ClusterQueue) go through server-side apply
   with field manager ``rackctl``; a conflict with another manager is an error unless forced.
@@ -18,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
@@ -25,6 +37,7 @@ from ..errors import InputError, TargetError
 from ..kueue import GROUP as KUEUE_GROUP
 from ..kueue import KINDS as KUEUE_KINDS
 from ..kueue import KubeObject, label_selector
+from ..retry import RetryPolicy, retry_after_seconds
 
 FIELD_MANAGER = "rackctl"
 COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
@@ -37,6 +50,11 @@ _PAGE = 500
 #: Most requests rackctl has in flight at once (Node patches of a fleet's first apply): enough to
 #: hide the round trip, few enough not to crowd the API server's priority-and-fairness queues.
 MAX_IN_FLIGHT = 16
+#: How every ``KubeApi`` request is retried (tests put a policy that does not sleep here).
+RETRY = RetryPolicy()
+#: 500 reasons of a server that may answer differently next time (a lost etcd leader, a slow
+#: write); a 500 with another reason (e.g. a typed-patch failure) would fail the same way again.
+_TRANSIENT_500 = ("InternalError", "ServerTimeout", "Timeout")
 
 
 @dataclass(frozen=True)
@@ -68,10 +86,12 @@ class LiveKubernetes:
     compute_domains: list[dict[str, Any]] | None = None
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
+def connect(kubeconfig: str | None = None, context: str | None = None, *, client_retries: bool = True) -> Any:
     """An ``ApiClient``: ``kubeconfig`` when given, else in-cluster config (a pod's
-    ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. Raises ``InputError`` for a
-    ``kubeconfig`` that does not exist, else ``TargetError``."""
+    ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. ``client_retries``: False when
+    the caller retries itself (``KubeApi``): the transport then makes one attempt per request
+    (urllib3 would otherwise repeat reads and 429s unseen and unpaced). Raises ``InputError`` for
+    a ``kubeconfig`` that does not exist, else ``TargetError``."""
     import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -82,6 +102,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     cfg = client.Configuration()
     # One pooled connection per request in flight (Node patches go out MAX_IN_FLIGHT at a time).
     cfg.connection_pool_maxsize = MAX_IN_FLIGHT
+    if not client_retries:
+        cfg.retries = False
     try:
         if kubeconfig is None and context is None:
             try:
@@ -102,14 +124,20 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
 
 
 class KubeApi:
-    """The requests rackctl makes, over one ``ApiClient``. Every request has a timeout
-    (``REQUEST_TIMEOUT``: connect, read seconds) and every answer is checked for the shape
-    rackctl reads; a failure is a ``TargetError`` naming the request and the server."""
+    """The requests rackctl makes, over one ``ApiClient`` (best made by ``connect(...,
+    client_retries=False)``). Every request has a timeout (``REQUEST_TIMEOUT``: connect, read
+    seconds), is retried by ``retry`` (default ``RETRY``) when its failure is transient, and
+    every answer is checked for the shape rackctl reads; a failure is a ``TargetError`` naming
+    the request and the server (and the attempts, when more than one). ``retried``: why -> how
+    many retries (e.g. ``"HTTP 429"``, ``"timed out"``), over every request; thread-safe."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, retry: RetryPolicy | None = None) -> None:
         from kubernetes import client
 
         self.server = getattr(api_client.configuration, "host", "") or "the API server"
+        self.retry = retry or RETRY
+        self.retried: Counter[str] = Counter()
+        self._retried_lock = threading.Lock()
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._apis = client.ApisApi(api_client)
@@ -161,15 +189,35 @@ class KubeApi:
             COMPUTE_DOMAIN_GROUP, version, COMPUTE_DOMAIN_PLURAL, _preload_content=False, **kw)))
 
     def _pages(self, what: str, call: Callable[..., Any]) -> Iterator[dict[str, Any]]:
-        token, seen = None, set()
+        """Every item of a paged list. When a continue token has expired (410: the server no
+        longer holds the list's snapshot) the list starts again from the beginning, once; the
+        items already handed out are not handed out again (each is as the first snapshot saw
+        it), so no object is listed twice. Raises ``TargetError``."""
+        token, seen, restarted = None, set(), False
+        given: set[tuple[Any, Any]] = set()
         while True:
             kwargs: dict[str, Any] = {"limit": _PAGE, "_request_timeout": REQUEST_TIMEOUT}
             if token:
                 kwargs["_continue"] = token
-            doc = self._json(what, lambda: call(**kwargs))
+            try:
+                doc = self._json(what, lambda: call(**kwargs), expired_ok=bool(token))
+            except _Expired:
+                if restarted:
+                    raise TargetError(f"kubernetes: {what}: {self.server} let the list's continue token expire "
+                                      "twice (HTTP 410); the list cannot be read consistently",
+                                      hint="retry later; a server under heavy write load compacts old snapshots "
+                                           "quickly") from None
+                token, seen, restarted = None, set(), True
+                continue
             # A list answer always holds an items list; anything else (a Status, null) is a
             # failed read, never an empty cluster.
             for item in _list_of(doc.get("items"), f"{what}: items", self.server):
+                meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+                key = (meta.get("namespace"), meta.get("name"))
+                if isinstance(key[1], str) and isinstance(key[0], (str, type(None))):  # else parse_node says so
+                    if restarted and key in given:
+                        continue
+                    given.add(key)
                 yield item
             token = (doc.get("metadata") or {}).get("continue") if isinstance(doc.get("metadata"), dict) else None
             if not token:
@@ -204,32 +252,53 @@ class KubeApi:
     def patch_node(self, name: str, body: dict[str, Any]) -> bool:
         """Strategic-merge patch of Node ``name``; False when the Node does not exist (never
         created). Raises ``TargetError`` otherwise, e.g. 409 when ``body`` carries a stale
-        ``metadata.resourceVersion``."""
+        ``metadata.resourceVersion`` (not retried: the Node changed since it was read)."""
+        meta = body.get("metadata")
+        precondition = isinstance(meta, dict) and bool(meta.get("resourceVersion"))
         try:
             self._call(f"patch Node {name}", lambda: self._core.patch_node(
                 name, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT), missing_ok=True)
+                _request_timeout=REQUEST_TIMEOUT), missing_ok=True, precondition=precondition)
             return True
         except _Missing:
             return False
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
-        try:
-            return fn()
-        except TargetError:
-            raise
-        except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
+    def _call(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False, expired_ok: bool = False,
+              precondition: bool = False) -> Any:
+        """``fn()``, tried again while it fails transiently (see the module docstring) and
+        ``self.retry`` allows. ``missing_ok``: raise ``_Missing`` on 404; ``expired_ok``: raise
+        ``_Expired`` on 410; ``precondition``: the request carries a resourceVersion, so a 409
+        means the object changed (never retried). Raises ``TargetError``."""
+        attempt, started = 0, self.retry.clock()
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except TargetError:
                 raise
-            if status == 404 and missing_ok:
-                raise _Missing() from None
-            raise _error(what, exc, self.server) from None
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
+                    raise
+                if status == 404 and missing_ok:
+                    raise _Missing() from None
+                if status == 410 and expired_ok:
+                    raise _Expired() from None
+                if status == 409 and precondition:
+                    raise _changed(what, exc, self.server, attempt) from None
+                why, retry_after = _transient(exc)
+                delay = self.retry.delay(attempt, retry_after) if why else 0.0
+                if why is None or not self.retry.another(attempt, started, delay):
+                    raise _error(what, exc, self.server, attempts=attempt) from None
+            with self._retried_lock:
+                self.retried[why] += 1
+            self.retry.sleep(delay)
 
-    def _json(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> dict[str, Any]:
-        response = self._call(what, fn, missing_ok=missing_ok)
+    def _json(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False,
+              expired_ok: bool = False) -> dict[str, Any]:
+        response = self._call(what, fn, missing_ok=missing_ok, expired_ok=expired_ok)
         data = response.data if hasattr(response, "data") else response
         try:
             doc = json.loads(data)
@@ -244,6 +313,56 @@ class KubeApi:
 
 class _Missing(Exception):
     """A 404 where absence is an answer (get, delete, patch of a vanished Node)."""
+
+
+class _Expired(Exception):
+    """A 410 on a list page: its continue token is too old (the list must start again)."""
+
+
+def _status_doc(exc: Exception) -> dict[str, Any]:
+    """The metav1.Status an ``ApiException`` carries (empty when its body is not one)."""
+    try:
+        doc = json.loads(getattr(exc, "body", "") or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _transient(exc: Exception) -> tuple[str | None, float | None]:
+    """Whether a failed request may succeed if sent again: (why, for ``KubeApi.retried``, or
+    None when not; the server's Retry-After in seconds, or None)."""
+    status = getattr(exc, "status", None)
+    if status is None:  # no answer: urllib3's exception, perhaps wrapped in MaxRetryError
+        text = str(getattr(exc, "reason", None) or exc).lower()
+        for words, why in (("timed out", "timed out"), ("refused", "connection refused"),
+                           ("reset", "connection reset"), ("aborted", "connection reset"),
+                           ("closed connection", "connection reset"), ("broken pipe", "connection reset")):
+            if words in text:
+                return why, None
+        return None, None
+    headers = getattr(exc, "headers", None)
+    retry_after = retry_after_seconds(headers.get("Retry-After") if headers is not None else None)
+    doc = _status_doc(exc)
+    if status in (429, 502, 503, 504):
+        return f"HTTP {status}", retry_after
+    if status == 500 and (not doc or doc.get("reason") in _TRANSIENT_500):
+        return "HTTP 500", retry_after
+    if status == 409 and doc.get("reason") == "Conflict":
+        causes = (doc.get("details") or {}).get("causes") if isinstance(doc.get("details"), dict) else None
+        ownership = any(isinstance(c, dict) and c.get("type") == "FieldManagerConflict" for c in causes or [])
+        if not ownership and "the object has been modified" in str(doc.get("message", "")):
+            return "HTTP 409", None  # lost a race with another writer; nothing was written
+    return None, None
+
+
+def _changed(what: str, exc: Exception, server: str, attempt: int) -> TargetError:
+    """The 409 of a request with a resourceVersion precondition: the object changed since read
+    (perhaps by this very write, when an earlier ``attempt`` got no clear answer)."""
+    first = _error(what, exc, server).message
+    maybe = (" (an earlier attempt got no clear answer and may have applied it: the next plan shows whether it did)"
+             if attempt > 1 else "")
+    return TargetError(f"{first}; not retried: the object changed since rackctl read it{maybe}",
+                       hint="run plan (or apply) again: the change is then computed from the object as it is now")
 
 
 def _list_of(value: Any, what: str, server: str) -> list[dict[str, Any]]:
@@ -356,11 +475,13 @@ def is_rackctl_label(key: str, prefix: str) -> bool:
     return name in NODE_LABELS or (name.startswith("tier.") and len(name) > 5)
 
 
-def _error(what: str, exc: Exception, server: str) -> TargetError:
-    """One line for a failed request: the status and the server's own message."""
+def _error(what: str, exc: Exception, server: str, *, attempts: int = 1) -> TargetError:
+    """One line for a failed request: the status and the server's own message (and how many
+    attempts were made, when more than one)."""
     status = getattr(exc, "status", None)
+    tries = f"; gave up after {attempts} attempts" if attempts > 1 else ""
     if status is None:
-        return TargetError(f"kubernetes: {what}: cannot reach {server} ({_network_why(exc)})",
+        return TargetError(f"kubernetes: {what}: cannot reach {server} ({_network_why(exc)}){tries}",
                            hint="check the kubeconfig's server address and the network")
     message, causes = getattr(exc, "reason", "") or "", []
     try:
@@ -374,7 +495,7 @@ def _error(what: str, exc: Exception, server: str) -> TargetError:
             "--force-conflicts to take them over, or resolve the conflict" if "conflict" in str(message).lower()
             else None}.get(status)
     detail = f" ({'; '.join(str(c) for c in causes if c)})" if any(causes) and status == 409 else ""
-    return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {message}{detail}", hint=hint)
+    return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {message}{detail}{tries}", hint=hint)
 
 
 def _network_why(exc: Exception) -> str:
@@ -383,7 +504,9 @@ def _network_why(exc: Exception) -> str:
     text = str(cause).lower()
     for words, said in (("refused", "connection refused"), ("timed out", "timed out"),
                         ("name or service not known", "unknown host name"), ("nodename nor servname", "unknown host name"),
-                        ("certificate", "TLS certificate not accepted"), ("ssl", "TLS handshake failed")):
+                        ("certificate", "TLS certificate not accepted"), ("ssl", "TLS handshake failed"),
+                        ("reset", "connection reset"), ("aborted", "connection closed without an answer"),
+                        ("closed connection", "connection closed without an answer")):
         if words in text:
             return said
     return "no answer"

@@ -3,22 +3,26 @@
 Reads the managed files and ``slurm.conf`` (to check ``TopologyPlugin=topology/block``, that the
 include file is included and that every placed host is a ``NodeName``); never writes
 ``slurm.conf``. Applies by writing changed files atomically after a backup, running the reload
-command (``scontrol reconfigure``) and rolling the files back when the reload fails.
+command (``scontrol reconfigure``) and rolling the files back when the reload fails. A journal in
+the state dir (``journal.py``) names the files being changed while an apply runs; ``recover``
+rolls back an apply that was killed half-way.
 """
 
 from __future__ import annotations
 
+import glob
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, hostlist, slurmconf
+from .. import __version__, hostlist, journal, slurmconf
 from . import slurm_controller
-from ..atomicfile import atomic_write
+from ..atomicfile import atomic_write, written_path
 from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
 from ..intent import Intent, SlurmTarget
+from ..journal import kill_point
 from ..planner import History
 from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
 from ..yamlsource import display_path, load_yaml_text
@@ -372,21 +376,40 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
     if not changed and not force_reload:
         return ApplyResult((), False, None)
     backup = state.backup({n: live.files.get(n) for n in changed}) if changed else None
+    kill_point("before-journal")
+    # The journal names the set of files being changed before the first is written: a run
+    # killed half-way is found and rolled back by the next one (``recover``).
+    entry = journal.begin(state, cdir, backup, {n: (live.files.get(n), d) for n, d in changed.items()}) \
+        if backup is not None else None
+    kill_point("after-journal")
     written: list[str] = []
     try:
         for name, data in changed.items():
+            failed = cdir / name
             if data is None:
                 (cdir / name).unlink()
             else:
                 # Scripts (per-job IMEX Prolog/Epilog) are run by slurmd and slurmctld: executable.
                 atomic_write(cdir / name, data, default_mode=_mode(name))
             written.append(name)
+            kill_point(f"after-write:{name}")
+            if entry is not None:
+                failed = state.path / journal.JOURNAL_FILE
+                entry.written.append(name)
+                journal.save(state, entry)
     except OSError as exc:
         _rollback(cdir, written, live)
-        raise TargetError(f"writing {cdir / name} failed: {exc.strerror or exc}; files rolled back") from None
+        if entry is not None:
+            journal.clear(state)
+        raise TargetError(f"writing {failed} failed: {exc.strerror or exc}; files rolled back") from None
     if reload:
+        if entry is not None:  # from here the controller may have loaded the new files
+            entry.reload_started = True
+            journal.save(state, entry)
+        kill_point("before-reload")
         offset = slurm_controller.log_offset(log_file)
         why = _reload(intent)
+        kill_point("after-reload")
         if why is None and verify is not None:
             if not slurm_controller.wait_until_up():
                 why = "the controller stopped answering `scontrol ping` after the reload"
@@ -395,7 +418,11 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
                 why = "; ".join(mismatches) if mismatches else None
         if why is not None:
             _rollback(cdir, written, live)
+            kill_point("after-rollback")
             restored = _reload(intent) is None if written else True
+            kill_point("after-rollback-reload")
+            if entry is not None:
+                journal.clear(state)
             alive = slurm_controller.wait_until_up(timeout_s=30) if verify is not None else None
             lines = slurm_controller.log_lines_since(log_file, offset)
             log = ("\n  controller log:\n" + "\n".join("    " + line for line in lines)) if lines else ""
@@ -407,7 +434,122 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
                               hint="fix the cause, or use --no-reload to write files without reloading")
     state.write_record(AppliedRecord(str(cdir), {n: digest(d) for n, d in desired_files.items()}, blocks,
                                      now_rfc3339(), __version__, imex_addresses))
+    kill_point("after-record")
+    if entry is not None:
+        journal.clear(state)
     return ApplyResult(tuple(written), reload, backup)
+
+
+def recover(intent: Intent, state: StateDir, *, reload: bool, offline: bool) -> str | None:
+    """Undo an apply that was killed half-way, as found in the state dir's journal; the caller
+    holds the state dir's lock, and calls this before reading anything for a plan.
+
+    Rolls back rather than completing: the new files were never verified against the running
+    controller, and the apply that follows recovery writes and verifies them again anyway. Each
+    managed file is wholly old or wholly new (``atomic_write``); every one in the new version is
+    restored from the backup (removed when it did not exist), one that is neither is left as found
+    (edited since) and named. When the interrupted apply had started its reload, the controller
+    may run the new files: the restored ones are reloaded with the intent's reload command
+    (``reload`` False: ``--no-reload``, not reloaded, and said so), and with the controller read
+    (not ``offline``) recovery waits until it answers again. When the apply record changed since
+    the journal was begun, the apply had finished (it records only after the reload and its
+    verification succeeded): nothing is undone.
+
+    Returns the one line saying what was found and done, None when no apply was interrupted.
+    Raises ``TargetError`` when a backup needed is missing or damaged (nothing is changed) or the
+    reload fails (the journal is kept, so the next run tries again), ``OSError`` when a file
+    cannot be restored.
+    """
+    journal.sweep(state)
+    entry = journal.read(state)
+    if entry is None:
+        return None
+    found = f"found {entry.describe()}"
+    if journal.record_digest(state) != entry.record_before:
+        kill_point("recovery-before-clear")
+        journal.clear(state)
+        return f"{found}: it had finished (its apply record was written); nothing to undo"
+    cdir, backup = Path(entry.config_dir), state.path / entry.backup
+    restore: list[tuple[str, bytes | None]] = []
+    edited = []
+    for name, (old, new) in entry.files.items():
+        now = digest(_read(DISK, cdir / name))
+        if now == old:
+            continue
+        if now != new:
+            edited.append(name)
+            continue
+        restore.append((name, None if old is None else _backed_up(backup, name, old, entry)))
+    for name, data in restore:  # every backup is read before the first file is touched
+        if data is None:
+            (cdir / name).unlink(missing_ok=True)
+        else:
+            atomic_write(cdir / name, data, default_mode=_mode(name))
+        kill_point(f"recovery-after-restore:{name}")
+    _remove_temp_files(cdir, list(entry.files))
+    line = f"{found}: rolled back {len(restore)} of {len(entry.files)} files to the version before it"
+    if edited:
+        line += f"; left {', '.join(edited)} as found (edited since: neither the old nor the new version)"
+    if entry.reload_started:
+        if not reload:
+            line += ("; not reloaded (--no-reload), though its reload had started: the controller may run its "
+                     "files until the next reload")
+        else:
+            kill_point("recovery-before-reload")
+            why = _reload(intent)
+            if why is not None:
+                raise TargetError(f"{line}, but reloading them with `{' '.join(intent.slurm.reload)}` failed: "
+                                  f"{why}; the controller may still run the files of the interrupted apply",
+                                  hint="fix the cause and run apply again: it retries the reload first")
+            if not offline and slurm_controller.client_available():
+                slurm_controller.wait_until_up()
+            line += (f"; reloaded with `{' '.join(intent.slurm.reload)}`, as its reload had started and the "
+                     "controller may have loaded its files")
+    kill_point("recovery-before-clear")
+    journal.clear(state)
+    return line
+
+
+def interrupted(state: StateDir) -> Diagnostic | None:
+    """An error diagnostic when the state dir holds the journal of an apply killed half-way
+    (None otherwise), for the read-only commands: they plan from the files as found and never
+    recover (``recover`` does, under ``apply`` and ``reconcile --mode apply``). Raises
+    ``TargetError`` when the journal or a managed file cannot be read."""
+    entry = journal.read(state)
+    if entry is None:
+        return None
+    cdir = Path(entry.config_dir)
+    new = sorted(n for n, (old, want) in entry.files.items() if digest(_read(DISK, cdir / n)) == want != old)
+    reload = "had started" if entry.reload_started else "had not started"
+    return Diagnostic(ERROR, "interrupted-apply", f"{entry.describe()} left the Slurm files half-applied: "
+                      f"{len(new)} of {len(entry.files)} in the new version ({', '.join(new) or 'none'}), its reload "
+                      f"{reload}; this plan compares them as found. `rackctl apply` (or `reconcile --mode apply`) "
+                      "rolls them back first", journal.JOURNAL_FILE)
+
+
+def _backed_up(backup: Path, name: str, expected: str, entry: journal.Journal) -> bytes:
+    """The bytes the backup holds for ``name``, checked against the journal's digest. Raises
+    ``TargetError`` when missing or different (the backup was removed or damaged)."""
+    try:
+        data = (backup / name).read_bytes()
+    except OSError as exc:
+        data, why = None, exc.strerror or str(exc)
+    else:
+        why = "its digest differs from the journal's"
+    if data is None or digest(data) != expected:
+        raise TargetError(f"cannot roll back {entry.describe()}: the backup of {name} ({backup / name}) is unusable "
+                          f"({why}); nothing was changed",
+                          hint=f"restore {name} by hand ({expected} in the journal), then move "
+                          f"{journal.JOURNAL_FILE} out of the state dir")
+    return data
+
+
+def _remove_temp_files(cdir: Path, names: list[str]) -> None:
+    """Remove the temp files of ``atomic_write`` a killed apply left beside managed files."""
+    for name in names:
+        target = written_path(cdir / name)
+        for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def _reload(intent: Intent) -> str | None:

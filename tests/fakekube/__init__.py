@@ -5,6 +5,7 @@
     kubernetes.client.CoreV1Api(api).list_node()
     kube.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     kube.requests()                              # what the client sent, in order
+    kube.set_faults([{"rate": 0.1}], seed=7)     # 10% of requests fail (faults.py)
     kube.stop()                                  # SIGTERM, then SIGKILL; always call it
 
 The server listens on 127.0.0.1 only; ``kube.kubeconfig`` points at it without credentials.
@@ -40,17 +41,19 @@ class FakeKube:
     """One fake API server process.
 
     ``FakeKube(tmp_path, crds=[paths], seed=[objects], startup_timeout=10.0,
-    git_version="v1.31.0-fake")`` starts it and waits until it listens (FakeKubeError, with the
-    server's stderr, if it dies or does not listen in time). It keeps its files in ``tmp_path``
+    git_version="v1.31.0-fake", faults=None)`` starts it and waits until it listens
+    (FakeKubeError, with the server's stderr, if it dies or does not listen in time); ``faults``:
+    a fault plan ``{"seed": N, "rules": [...]}`` in force from the start (``faults.py``). It keeps its files in ``tmp_path``
     (one server per directory). Attributes: ``port``, ``url``, ``kubeconfig`` (Path),
     ``pid``, ``process``, ``state_dump`` (Path, written by ``stop()``), ``stderr_path``.
     Methods: ``api_client()``, ``requests()``, ``reset_requests()``, ``seed(obj)``,
-    ``delete_raw(api_version, kind, name, namespace=None)``, ``objects()``, ``stderr()``,
-    ``stop(timeout=5.0)``; also a context manager.
+    ``delete_raw(api_version, kind, name, namespace=None)``, ``objects()``, ``set_faults(rules,
+    seed=0)``, ``clear_faults()``, ``faults()``, ``stderr()``, ``stop(timeout=5.0)``; also a
+    context manager.
     """
 
     def __init__(self, tmp_path, crds=(), *, seed=(), startup_timeout: float = 10.0,
-                 git_version: str = "v1.31.0-fake"):
+                 git_version: str = "v1.31.0-fake", faults: dict | None = None):
         self.dir = Path(tmp_path)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port_file = self.dir / "fakekube.port"
@@ -63,6 +66,8 @@ class FakeKube:
                "--state-dump", str(self.state_dump), "--git-version", git_version]
         for crd in crds:
             cmd += ["--crd", str(crd)]
+        if faults is not None:
+            cmd += ["--faults", json.dumps(faults)]
         with open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=err)
@@ -129,7 +134,9 @@ class FakeKube:
 
     def requests(self) -> list[dict]:
         """Every API request so far: ``{"method", "path", "query", "contentType", "dryRun",
-        "fieldManager", "status", "userAgent", "body"}`` (``/_fake/`` calls excluded)."""
+        "fieldManager", "status", "userAgent", "body", "fault"}`` (``/_fake/`` calls excluded).
+        ``fault``: the injected fault's kind, or None; ``status`` is None when nothing was
+        answered (a timeout or disconnect; a timeout-after-commit logs what the write did)."""
         return self._call("GET", "/_fake/requests")
 
     def reset_requests(self) -> None:
@@ -149,6 +156,22 @@ class FakeKube:
     def objects(self) -> list[dict]:
         """Every stored object, at its storage version."""
         return self._call("GET", "/_fake/objects")
+
+    def set_faults(self, rules: list[dict], seed: int = 0) -> dict:
+        """Inject faults from now on: ``rules`` as ``faults.py`` describes them (kinds, rate,
+        methods, path, dryRun, skip, times, retryAfter, stall), drawn deterministically from
+        ``seed``. Replaces the plan in force and its counters. Returns the plan as the server
+        holds it (FakeKubeError for one of the wrong shape)."""
+        return self._call("POST", "/_fake/faults", {"seed": seed, "rules": list(rules)})
+
+    def clear_faults(self) -> None:
+        """Stop injecting faults."""
+        self._call("DELETE", "/_fake/faults")
+
+    def faults(self) -> dict:
+        """The plan in force: ``{"seed", "rules"}``, each rule with ``matched`` (requests it
+        applied to) and ``injected`` (faults it caused)."""
+        return self._call("GET", "/_fake/faults")
 
     # --- lifecycle ------------------------------------------------------------------------
 

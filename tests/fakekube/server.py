@@ -46,13 +46,16 @@ parameters are ignored; deleting a Namespace removes it and its objects at once;
 merge knows the merge keys of Node fields only; a write to /status keeps nothing but status
 (metadata changes through it are dropped); built-in kinds use short hand-written schemas
 (kubeschema.py); error messages are paraphrased where clients do not parse them.
-Test-only endpoints live under /_fake/ (see ``fake_endpoint``).
+Test-only endpoints live under /_fake/ (see ``fake_endpoint``). Faults (500, 429, 409,
+timeouts, a forgotten continue token) can be injected into a seeded share of API requests, from
+the start (``--faults``) or at run time (``/_fake/faults``); see ``faults.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import copy
 import datetime
 import json
@@ -62,6 +65,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections import OrderedDict
@@ -72,6 +76,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fieldsets as fs  # noqa: E402
+from faults import FaultPlanError, Faults  # noqa: E402
 import kubeschema as ks  # noqa: E402
 from labelselect import (field_value, labels_match, parse_field_selector,  # noqa: E402
                          parse_label_selector)
@@ -102,6 +107,7 @@ class State:
         self.requests: list[dict] = []
         self.snapshots: OrderedDict = OrderedDict()
         self.port = 0
+        self.faults = Faults()
 
     def bump(self) -> str:
         self.rv += 1
@@ -804,6 +810,8 @@ def fake_endpoint(req: Request, segs: list[str]):
     GET /_fake/objects              every stored object
     DELETE /_fake/objects?apiVersion=&kind=&name=[&namespace=]   remove one, finalizers ignored
     GET /_fake/state                resourceVersion, objects and requests together
+    GET/POST/DELETE /_fake/faults   the fault plan in force (with its counters) / replace it
+                                    (``{"seed", "rules"}``, faults.py) / drop it
     """
     if segs == ["requests"] and req.method == "GET":
         return 200, STATE.requests
@@ -828,7 +836,56 @@ def fake_endpoint(req: Request, segs: list[str]):
         return 200, obj
     if segs == ["state"] and req.method == "GET":
         return 200, dump_state()
+    if segs == ["faults"] and req.method == "GET":
+        return 200, STATE.faults.to_json()
+    if segs == ["faults"] and req.method == "POST":
+        try:
+            STATE.faults.set(req.parse(yaml_ok=False))
+        except (FaultPlanError, ValueError, TypeError, re.error) as exc:
+            raise bad_request(f"bad fault plan: {exc}")
+        return 200, STATE.faults.to_json()
+    if segs == ["faults"] and req.method == "DELETE":
+        STATE.faults.clear()
+        return 200, {}
     raise path_not_found()
+
+
+def target_of(path: str):
+    """(Resource, name) a request path names, or None (a list, discovery, an unknown path)."""
+    segs = [s for s in path.split("/") if s]
+    if segs[:2] == ["api", "v1"]:
+        group, rest = "", segs[2:]
+    elif segs[:1] == ["apis"] and len(segs) > 3:
+        group, rest = segs[1], segs[3:]
+    else:
+        return None
+    if len(rest) >= 3 and rest[0] == "namespaces" and not (
+            group == "" and len(rest) == 3 and rest[2] in ("status", "finalize")):
+        rest = rest[2:]
+    res = STATE.resources.get((group, rest[0])) if rest else None
+    return (res, rest[1]) if res is not None and len(rest) > 1 else None
+
+
+def injected(req: Request, fault, headers: dict):
+    """The answer to a request that draws an injected fault, as the real server gives it:
+    (code, Status), or (None, None) for no answer at all. Nothing is done to the store."""
+    with contextlib.suppress(ApiError):  # only so that the request log shows what was sent
+        if req.raw:
+            req.parse(yaml_ok=True)
+    if fault.kind in ("timeout", "disconnect"):
+        return None, None
+    if fault.kind == "429":  # API Priority and Fairness turning the request away
+        headers["Retry-After"] = str(fault.retry_after)
+        raise ApiError(429, "TooManyRequests", "Too many requests: please try again later",
+                       {"retryAfterSeconds": fault.retry_after})
+    if fault.kind == "409":  # the optimistic-concurrency check lost a race with another writer
+        target = target_of(req.path)
+        if target is not None:
+            raise target[0].conflict(target[1])
+        raise ApiError(409, "Conflict", "Operation cannot be fulfilled: the object has been "
+                       "modified; please apply your changes to the latest version and try again")
+    raise ApiError(500, "InternalError", "Internal error occurred: etcdserver: leader changed",
+                   {"causes": [{"message": "etcdserver: leader changed"}]})
 
 
 def all_objects() -> list[dict]:
@@ -865,26 +922,45 @@ class Handler(BaseHTTPRequestHandler):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         req = Request(self.command, url.path, query, raw, ctype,
                       self.headers.get("User-Agent") or "")
+        test_only = url.path.startswith("/_fake")
+        fault = None if test_only else STATE.faults.decide(
+            self.command, url.path, query.get("dryRun") == "All", bool(query.get("continue")))
+        headers: dict[str, str] = {}
         with STATE.lock:
             try:
-                code, body = route(req)
+                if fault is not None and fault.kind not in ("timeout-after-commit", "410"):
+                    code, body = injected(req, fault, headers)
+                else:
+                    if fault is not None and fault.kind == "410":
+                        STATE.snapshots.clear()  # every list's continue token is now too old
+                    code, body = route(req)
             except ApiError as exc:
                 code, body = exc.code, exc.status()
             except Exception as exc:  # a bug in the fake: say so loudly
                 traceback.print_exc()
                 code, body = 500, ApiError(500, "InternalError",
                                            f"Internal error occurred: fake: {exc!r}").status()
-            if not url.path.startswith("/_fake"):
+            if not test_only:
+                # status: what was answered (None: nothing); a timeout-after-commit logs what
+                # the write did, though its answer never leaves
                 STATE.requests.append({
                     "method": self.command, "path": url.path, "query": query,
                     "contentType": ctype or None, "dryRun": req.dry_run(),
                     "fieldManager": query.get("fieldManager"), "status": code,
-                    "userAgent": req.user_agent, "body": req.body})
+                    "userAgent": req.user_agent, "body": req.body,
+                    "fault": fault.kind if fault is not None else None})
             data = json.dumps(body).encode()  # inside the lock: body may be the live log
+        if fault is not None and fault.kind in ("timeout", "timeout-after-commit", "disconnect"):
+            if fault.kind != "disconnect":
+                time.sleep(fault.stall)  # longer than the client waits: it gives up first
+            self.close_connection = True
+            return
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
+        for name, value in headers.items():
+            self.send_header(name, value)
         for warning in dict.fromkeys(req.warnings):
             self.send_header("Warning", "299 - " + json.dumps(warning))
         self.end_headers()
@@ -914,9 +990,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", action="append", default=[], help="YAML objects to store at start")
     ap.add_argument("--state-dump", help="write objects and requests here (JSON) on exit")
     ap.add_argument("--git-version", default="v1.31.0-fake", help="what /version reports")
+    ap.add_argument("--faults", help='a fault plan in force from the start: JSON {"seed", "rules"} '
+                                     "(faults.py)")
     args = ap.parse_args(argv)
 
     STATE = State(args.git_version)
+    if args.faults:
+        STATE.faults.set(json.loads(args.faults))
     for res in builtin_resources():
         STATE.add_resource(res)
     for path in args.crd:
