@@ -27,20 +27,14 @@ class PlanPoint:
 
     racks: int
     form: str
-    floor_inventory_s: float
-    floor_slurm_s: float
-    floor_kube_s: float
+    floor: floormod.Floor
     plan_s: float
     plan_rss: int
     node_changes: int
 
     @property
-    def floor_s(self) -> float:
-        return self.floor_inventory_s + self.floor_slurm_s + self.floor_kube_s
-
-    @property
     def ratio(self) -> float:
-        return self.plan_s / self.floor_s
+        return self.plan_s / self.floor.total_s
 
 
 def run(s: Scenario, repeat: int) -> list[PlanPoint]:
@@ -59,10 +53,10 @@ def run(s: Scenario, repeat: int) -> list[PlanPoint]:
             for _ in range(repeat):
                 plans.append(s.plan(form, out))
             changes = _check(s, json.loads(out.read_text()))
-            points.append(PlanPoint(
-                s.racks, form, median([f.inventory_s for f in floors]), median([f.slurm_s for f in floors]),
-                median([f.kube_s for f in floors]), median([p.wall_s for p in plans]),
-                max(p.peak_rss for p in plans), changes))
+            floor = floormod.Floor(median([f.inventory_s for f in floors]), median([f.slurm_s for f in floors]),
+                                   median([f.kube_s for f in floors]))
+            points.append(PlanPoint(s.racks, form, floor, median([p.wall_s for p in plans]),
+                                    max(p.peak_rss for p in plans), changes))
     return points
 
 

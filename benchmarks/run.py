@@ -174,7 +174,7 @@ def _tables(res: Results, only: list[str]) -> str:
                           "fake+Nodes: start the fake API server and register one Node per tray over HTTP",
                           "first apply: rackctl apply of both targets on a fresh fleet (labels every Node)"]))
     if "plan" in only and res.plan:
-        rows = [(p.racks, p.form, p.floor_inventory_s, p.floor_slurm_s, p.floor_kube_s, p.floor_s, p.plan_s,
+        rows = [(p.racks, p.form, p.floor.inventory_s, p.floor.slurm_s, p.floor.kube_s, p.floor.total_s, p.plan_s,
                  f"{p.ratio:.2f}x", human_bytes(p.plan_rss), p.node_changes) for p in res.plan]
         out.append(table("rackctl plan vs the floor (1% drift)",
                          ["racks", "inventory", "floor inv s", "floor slurm s", "floor kube s", "floor s", "plan s",
