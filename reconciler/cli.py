@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import (__version__, blastradius, collectcmd, controllercheck, hostlist, kubesync, outputs, pipeline, report,
-               savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync, outputs, pipeline,
+               report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress.configure(disabled=args.no_progress)
     try:
-        return args.func(args)
+        with gcpause.paused():
+            return args.func(args)
     except RackctlError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:

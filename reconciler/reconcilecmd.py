@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
-from . import history, kubesync, leaselock, outputs, pipeline, report
+from . import gcpause, history, kubesync, leaselock, outputs, pipeline, report
 from .errors import InputError, RackctlError
 from .intent import Intent, duration_s, load_intent
 from .statedir import StateDir, default_state_dir
@@ -375,6 +375,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             if args.metrics_textfile:
                 _write_textfile(args.metrics_textfile, metrics, log, cluster)
             rc = out.exit_code(args.fail_on_drift)
+            if interval is not None:
+                gcpause.collect_between_passes()
             if interval is None or stop.wait(max(0.0, interval - (time.monotonic() - began))):
                 break
     finally:

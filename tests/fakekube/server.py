@@ -58,6 +58,7 @@ import base64
 import contextlib
 import copy
 import datetime
+import gc
 import json
 import os
 import random
@@ -166,18 +167,24 @@ STATE: State | None = None
 META_ORDER = ["name", "generateName", "namespace", "uid", "resourceVersion", "generation",
               "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
               "annotations", "ownerReferences", "finalizers", "managedFields"]
+META_RANK = {k: i for i, k in enumerate(META_ORDER)}
 
 
 def render(res: Resource, version: str, obj: dict, *, typed_items: bool = True) -> dict:
-    """``obj`` as served at ``version`` (no conversion: only apiVersion changes)."""
+    """``obj`` as served at ``version`` (no conversion: only apiVersion changes), a copy."""
+    return copy.deepcopy(served(res, version, obj, typed_items=typed_items))
+
+
+def served(res: Resource, version: str, obj: dict, *, typed_items: bool = True) -> dict:
+    """``render`` without the copy: the answer shares ``obj``'s values, so it must be serialized
+    before the lock is let go (a list snapshot keeps each item as JSON text)."""
     out = {"apiVersion": res.gv(version), "kind": res.kind} if typed_items else {}
     for key, value in obj.items():
         if key not in ("apiVersion", "kind"):
-            out[key] = copy.deepcopy(value)
+            out[key] = value
     meta = out.get("metadata")
     if isinstance(meta, dict):
-        rank = {k: i for i, k in enumerate(META_ORDER)}
-        out["metadata"] = dict(sorted(meta.items(), key=lambda kv: rank.get(kv[0], 99)))
+        out["metadata"] = dict(sorted(meta.items(), key=lambda kv: META_RANK.get(kv[0], 99)))
     return out
 
 
@@ -492,7 +499,9 @@ def do_list(req, res, version, namespace):
                 continue
             if not all((field_value(obj, f) == v) == (op == "=") for f, op, v in field_reqs):
                 continue
-            items.append(render(res, version.name, obj, typed_items=res.crd))
+            # JSON text, not a deep copy: the snapshot outlives this request (continue tokens),
+            # and dumping 36,000 Nodes is ~10x cheaper than copying them.
+            items.append(json.dumps(served(res, version.name, obj, typed_items=res.crd)))
     page = items[offset:offset + limit] if limit else items[offset:]
     meta = {"resourceVersion": list_rv}
     rest = len(items) - offset - len(page)
@@ -506,8 +515,22 @@ def do_list(req, res, version, namespace):
             {"s": snap_id, "o": offset + len(page)}).encode()).decode()
         if not label_reqs and not field_reqs:
             meta["remainingItemCount"] = rest
-    return 200, {"apiVersion": res.gv(version.name), "kind": res.list_kind, "metadata": meta,
-                 "items": page}
+    return 200, ListPage({"apiVersion": res.gv(version.name), "kind": res.list_kind, "metadata": meta}, page)
+
+
+class ListPage:
+    """A list answer whose items are JSON text already (from the list's snapshot): sent without
+    decoding and encoding every item again."""
+
+    def __init__(self, head: dict, items: list[str]):
+        self.head, self.items = head, items
+
+    def objects(self) -> list[dict]:
+        return [json.loads(text) for text in self.items]
+
+    def encode(self) -> bytes:
+        head = json.dumps(self.head)
+        return f'{head[:-1]}, "items": [{", ".join(self.items)}]}}'.encode()
 
 
 def do_create(req, res, version, namespace):
@@ -732,7 +755,8 @@ def do_delete(req, res, version, namespace, name):
 
 def do_delete_collection(req, res, version, namespace):
     options = delete_options(req, "DeleteOptions")
-    _, listed = do_list(req, res, version, namespace)
+    _, page = do_list(req, res, version, namespace)
+    listed = {**page.head, "items": page.objects()}
     for item in listed["items"]:
         meta = item["metadata"]
         obj = STATE.objects.get(key_of(res, meta.get("namespace"), meta["name"]))
@@ -949,7 +973,12 @@ class Handler(BaseHTTPRequestHandler):
                     "fieldManager": query.get("fieldManager"), "status": code,
                     "userAgent": req.user_agent, "body": req.body,
                     "fault": fault.kind if fault is not None else None})
-            data = json.dumps(body).encode()  # inside the lock: body may be the live log
+            # inside the lock: body may be the live log
+            data = body.encode() if isinstance(body, ListPage) else json.dumps(body).encode()
+            # The store is acyclic JSON that only grows: keep the cyclic collector off what has
+            # lived through a request, or each full collection walks every stored object (a
+            # 36,000-Node list varied 4-9 s from those alone).
+            gc.freeze()
         if fault is not None and fault.kind in ("timeout", "timeout-after-commit", "disconnect"):
             if fault.kind != "disconnect":
                 time.sleep(fault.stall)  # longer than the client waits: it gives up first
