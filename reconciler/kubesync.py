@@ -14,7 +14,8 @@ import datetime as dt
 import difflib
 import itertools
 import json
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -29,7 +30,7 @@ from .nodestates import HealthHistory
 from .plan import Change
 from .planner import DesiredSlurm
 from .render.kubernetes import DesiredKubernetes, render_kubernetes
-from .targets.kubernetes import MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, connect, read_live
+from .targets.kubernetes import MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, connect, read_live, read_nodes
 
 #: metadata fields the server sets; left out of the diffs people read.
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
@@ -76,11 +77,38 @@ class KubePass:
                 "labelledNodes": len(d.node_labels), "labelSets": label_sets, "objects": [o.body for o in d.objects]}
 
 
+NodeRead = Future  # of (KubeApi, Kueue kinds served, {Node name: LiveNode})
+
+
+def start_node_read(intent: Intent, options: KubeOptions) -> NodeRead:
+    """Connect, discover the Kueue kinds served and list every Node in a background thread,
+    while the caller reads its other inputs (the inventory): at 36,000 Nodes an API server
+    spends seconds building the list, which the pass would otherwise wait for. ``plan`` takes
+    the result; an error (no kubeconfig, server down) is raised there, after any error in the
+    inventory, as if read in turn. The thread is a daemon: a pass that fails before then exits
+    without waiting for the list."""
+    assert intent.kubernetes is not None
+    prefix = intent.kubernetes.label_prefix
+    future: NodeRead = Future()
+
+    def read() -> None:
+        try:
+            api = KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
+            served = api.served_kinds(kueue.GROUP)
+            future.set_result((api, served, read_nodes(api, prefix, cordon_annotation(prefix))))
+        except Exception as exc:  # noqa: BLE001 - handed to plan(), which raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=read, name="rackctl-read-nodes", daemon=True).start()
+    return future
+
+
 def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,
          history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool,
-         replay: KubeReads | None = None) -> KubePass:
+         replay: KubeReads | None = None, node_read: NodeRead | None = None) -> KubePass:
     """Plan the Kubernetes target. ``replay``: read a live snapshot instead of the server (no
-    dry-run then: each diff is the live object with rackctl's fields laid over it). Raises
+    dry-run then: each diff is the live object with rackctl's fields laid over it).
+    ``node_read``: the connection and Nodes ``start_node_read`` began (else read here). Raises
     ``TargetError`` when the server (or snapshot) cannot be read."""
     target = intent.kubernetes
     assert target is not None
@@ -93,8 +121,11 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                                             "with what rackctl last applied (the state dir), not with the cluster",
                                             "kubernetes"))
         return kpass
-    api = replay or KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
-    served = api.served_kinds(kueue.GROUP)
+    if node_read is not None:
+        api, served, nodes = node_read.result()
+    else:
+        api = replay or KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
+        served, nodes = api.served_kinds(kueue.GROUP), None
     versions = kueue.choose_versions(target.kueue_version, served)
     kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)
     for kind in kueue.KINDS:
@@ -107,7 +138,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                                             f"{kind}{pinned} (served: {offered})", "targets.kubernetes.kueue",))
     desired = kpass.desired
     kpass.live = read_live(api, desired.objects, desired.owner_labels, desired.label_prefix,
-                           cordon_annotation(desired.label_prefix))
+                           cordon_annotation(desired.label_prefix), nodes)
     cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)
     # A kind not rendered (not served at the pinned version) is not pruned either.

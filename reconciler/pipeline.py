@@ -87,6 +87,9 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         raise InputError(f"{intent.slurm.config_dir}: per-job IMEX puts this path into PrologSlurmctld=, which "
                          "cannot hold spaces or shell characters; expected letters, digits and _ . / -",
                          file=intent.source.file, field="targets.slurm.configDir")
+    # The Node list is read while the inventory loads (a real API server takes seconds at scale).
+    node_read = (kubesync.start_node_read(intent, kube)
+                 if intent.kubernetes is not None and not offline and snapshot is None else None)
     inventory = provenance.Digest()
     nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()),
                            on_progress=inventory_progress)
@@ -124,7 +127,8 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     kpass = None
     if intent.kubernetes is not None:
         kpass = kubesync.plan(intent, desired, _domains(fabric), state.read_kube_record(), health, now, kube,
-                              offline=offline, replay=snapshot.kubernetes() if snapshot else None)
+                              offline=offline, replay=snapshot.kubernetes() if snapshot else None,
+                              node_read=node_read)
         diags += kpass.diagnostics
     if intent.slurm_enabled:
         ctl, view = _controller(intent, desired, live, offline, diags, snapshot)

@@ -5,11 +5,12 @@ selectors, conflicts). Requests are counted at the server."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import yaml
 
-from clihelp import EXAMPLES_DIR, run_main
+from clihelp import EXAMPLES_DIR, rackctl, run_main
 from fakekube import CRD_DIR, FakeKube
 from kubehelp import (PREFIX, WRITES, custom, dry_runs, example_on, get_node, hosts_of, kubernetes_only_rack_cliques, node,
                       take_over_flavor_topology, writes)
@@ -141,6 +142,26 @@ def test_a_failed_read_blocks_everything(kube, cluster, capsys, tmp_path):
     assert res.rc == 1, res
     assert "discover API groups: cannot reach http://127.0.0.1:" in res.err and "(connection refused)" in res.err
     assert "Traceback" not in res.err
+
+
+def test_an_inventory_error_comes_first_and_never_waits_for_the_api_server(kube, cluster, tmp_path):
+    """Nodes are listed in a background thread while the inventory loads. A broken inventory is
+    still the one error reported, and rackctl exits without waiting for an API server that took
+    the connection but never answers (it would wait 120 s for each list page)."""
+    intent, _ = cluster
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes connections; nothing ever accepts or answers them
+    try:
+        kubeconfig = tmp_path / "silent.kubeconfig"
+        kubeconfig.write_text(kube.kubeconfig.read_text().replace(kube.url, f"http://127.0.0.1:{silent.getsockname()[1]}"))
+        broken = tmp_path / "inventory.json"
+        broken.write_text('{"schemaVersion": 1, "nodes": [\n')
+        res = rackctl("plan", "-f", intent, "--kubeconfig", kubeconfig, "--state-dir", tmp_path / "state",
+                      "--inventory", broken, cwd=tmp_path, timeout=60)
+    finally:
+        silent.close()
+    assert (res.rc, res.out, res.err) == (1, "", "error: inventory.json:2: invalid JSON: Expecting value (column 1)\n")
 
 
 def test_conflict_is_reported_unless_forced(kube, cluster, capsys):

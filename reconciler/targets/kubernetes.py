@@ -388,17 +388,15 @@ class KubeReads(Protocol):
 
 
 def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
-              cordon_annotation: str) -> LiveKubernetes:
-    """Read what rackctl compares: Kueue versions served, every Node (rackctl's labels only),
-    rackctl's objects of every Kueue kind served (listed by ``owner_labels`` and checked here
-    too: a server that ignored the selector must not make others' objects look owned), desired
-    objects that exist unowned, and the ComputeDomains when their API is served. Raises
-    ``TargetError``."""
+              cordon_annotation: str, nodes: dict[str, LiveNode] | None = None) -> LiveKubernetes:
+    """Read what rackctl compares: Kueue versions served, every Node (rackctl's labels only;
+    ``nodes``: already read by ``read_nodes``), rackctl's objects of every Kueue kind served
+    (listed by ``owner_labels`` and checked here too: a server that ignored the selector must
+    not make others' objects look owned), desired objects that exist unowned, and the
+    ComputeDomains when their API is served. Raises ``TargetError``."""
     served = api.served_kinds(KUEUE_GROUP)
-    nodes = {}
-    for doc in api.list_nodes():
-        node = parse_node(doc, label_prefix, cordon_annotation, api.server)
-        nodes[node.name] = node
+    if nodes is None:
+        nodes = read_nodes(api, label_prefix, cordon_annotation)
     objects: dict[str, dict[str, Any]] = {}
     versions_used = {o.kind: o.version for o in desired_objects}
     selector = label_selector(owner_labels)
@@ -421,6 +419,15 @@ def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: d
     if cd_versions:
         domains = api.list_compute_domains(cd_versions[0])
     return LiveKubernetes(served, nodes, objects, unowned, domains)
+
+
+def read_nodes(api: KubeReads, label_prefix: str, cordon_annotation: str) -> dict[str, LiveNode]:
+    """Every Node by name, parsed (``parse_node``). Raises ``TargetError``."""
+    nodes = {}
+    for doc in api.list_nodes():
+        node = parse_node(doc, label_prefix, cordon_annotation, api.server)
+        nodes[node.name] = node
+    return nodes
 
 
 def owned(doc: dict[str, Any], owner_labels: dict[str, str]) -> bool:
