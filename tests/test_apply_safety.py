@@ -195,6 +195,19 @@ def test_written_files_keep_the_mode_of_the_file_they_replace(tmp_path):
         assert (site.cfg / name).read_bytes() != b"# old\n"
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_written_files_keep_the_owner_of_the_file_they_replace(tmp_path):
+    site = Site(tmp_path, reload=["sh", "-c", "exit 0"])
+    for name in ("topology.conf", "rackctl.conf"):
+        (site.cfg / name).write_bytes(b"# old\n")
+        os.chown(site.cfg / name, 4242, 4343)  # slurm:slurm on a controller, say
+    assert site.run("apply").rc == 0
+    for name in ("topology.conf", "rackctl.conf"):
+        st = (site.cfg / name).stat()
+        assert (st.st_uid, st.st_gid) == (4242, 4343), name
+        assert (site.cfg / name).read_bytes() != b"# old\n"
+
+
 # ---- the lock -----------------------------------------------------------------------------------------
 
 HOLD_LOCK = """
