@@ -36,6 +36,10 @@ class PlanPoint:
     def ratio(self) -> float:
         return self.plan_s / self.floor.total_s
 
+    @property
+    def overlapped_ratio(self) -> float:
+        return self.plan_s / self.floor.overlapped_s
+
 
 def run(s: Scenario, repeat: int) -> list[PlanPoint]:
     """Measure both forms on the drifted scenario ``s``."""
@@ -54,7 +58,7 @@ def run(s: Scenario, repeat: int) -> list[PlanPoint]:
                 plans.append(s.plan(form, out))
             changes = _check(s, json.loads(out.read_text()))
             floor = floormod.Floor(median([f.inventory_s for f in floors]), median([f.slurm_s for f in floors]),
-                                   median([f.kube_s for f in floors]))
+                                   median([f.kube_s for f in floors]), median([f.overlapped_s for f in floors]))
             points.append(PlanPoint(s.racks, form, floor, median([p.wall_s for p in plans]),
                                     max(p.peak_rss for p in plans), changes))
     return points

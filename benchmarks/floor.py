@@ -6,16 +6,23 @@
                    JSON pages (limit/continue, as rackctl pages) through the kubernetes client
 
 Not in the floor: the intent, the interpreter's start and imports, API discovery requests,
-and everything rackctl computes. A plan can never be faster than this.
+and everything rackctl computes.
+
+The floor is these reads one after the other (issue 7's definition). rackctl lists the Nodes in
+a second thread while it reads the inventory, so the same reads are also timed that way
+(``overlapped_s``): the stricter floor, for a program doing nothing but read as rackctl reads.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from reconciler import gcpause
 
 from . import kube as kubemod
 
@@ -27,6 +34,7 @@ class Floor:
     inventory_s: float
     slurm_s: float
     kube_s: float
+    overlapped_s: float  # the same reads, the Kubernetes lists in a second thread
 
     @property
     def total_s(self) -> float:
@@ -60,7 +68,14 @@ def read_slurm(config_dir: Path) -> int:
 
 def measure(inventory: Path, config_dir: Path, api_client) -> Floor:
     """Time each part of the floor once (``api_client``: a kubernetes ApiClient for the fake,
-    made beforehand: building it is not reading the cluster)."""
+    made beforehand: building it is not reading the cluster). Python's cyclic garbage collector
+    is paused meanwhile, as rackctl pauses it (``reconciler.gcpause``): its full collections
+    over this big process are not reading."""
+    with gcpause.paused():
+        return _measure(inventory, config_dir, api_client)
+
+
+def _measure(inventory: Path, config_dir: Path, api_client) -> Floor:
     t0 = time.perf_counter()
     read_inventory(inventory)
     t1 = time.perf_counter()
@@ -68,4 +83,20 @@ def measure(inventory: Path, config_dir: Path, api_client) -> Floor:
     t2 = time.perf_counter()
     kubemod.read_live(api_client)
     t3 = time.perf_counter()
-    return Floor(t1 - t0, t2 - t1, t3 - t2)
+    failed: list[BaseException] = []
+
+    def read_kube() -> None:
+        try:
+            kubemod.read_live(api_client)
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in this thread
+            failed.append(exc)
+
+    t4 = time.perf_counter()
+    reader = threading.Thread(target=read_kube, name="floor-kube")
+    reader.start()
+    read_inventory(inventory)
+    read_slurm(config_dir)
+    reader.join()
+    if failed:
+        raise failed[0]
+    return Floor(t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t4)
