@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from . import (__version__, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync, outputs, pipeline,
                report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
@@ -49,6 +50,20 @@ EPILOG = """exit codes:
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 NO_PROGRESS_HELP = (f"no progress bars (they go to standard error, and only when it is a terminal; also "
                     f"{progress.ENV_NO_PROGRESS}=1)")
+
+
+def run() -> NoReturn:
+    """The ``rackctl`` command (and ``python -m reconciler``): ``main``, then the process exits
+    at once with its code, standard output and error flushed first. Python's own teardown is
+    skipped: it would free a fleet's objects one by one (0.65 s of a 2,000-rack plan), memory
+    the OS takes back whole. A stream that cannot be flushed (its reader went away) exits 1."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # output was lost: never report success or "changes"
+            code = EXIT_ERROR
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

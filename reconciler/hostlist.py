@@ -130,7 +130,16 @@ def _nat(text: str) -> tuple:
 
 def _split(name: object) -> tuple[str, int | None, str]:
     """``gb-r01-n07`` -> ("gb-r01-n", 7, "07"); a name without trailing digits -> (name, None, "")."""
-    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.search(name):
+    if not isinstance(name, str):
+        raise InputError(f"bad host name {name!r}; expected a non-empty name without "
+                         "whitespace, ',', '[' or ']'")
+    return _split_name(name)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _split_name(name: str) -> tuple[str, int | None, str]:
+    # Cached for the reason _natural_key is: compress() meets the same names again and again.
+    if not name or _BAD_NAME_CHARS.search(name):
         raise InputError(f"bad host name {name!r}; expected a non-empty name without "
                          "whitespace, ',', '[' or ']'")
     m = _TRAILING_DIGITS.search(name)

@@ -81,19 +81,22 @@ NodeRead = Future  # of (KubeApi, Kueue kinds served, {Node name: LiveNode})
 
 
 def start_node_read(intent: Intent, options: KubeOptions) -> NodeRead:
-    """Connect, discover the Kueue kinds served and list every Node in a background thread,
+    """Connect, then discover the Kueue kinds served and list every Node in a background thread,
     while the caller reads its other inputs (the inventory): at 36,000 Nodes an API server
     spends seconds building the list, which the pass would otherwise wait for. ``plan`` takes
-    the result; an error (no kubeconfig, server down) is raised there, after any error in the
-    inventory, as if read in turn. The thread is a daemon: a pass that fails before then exits
-    without waiting for the list."""
+    the result; an error reading the server (down, refusing) is raised there, after any error in
+    the inventory, as if read in turn. The thread is a daemon: a pass that fails before then
+    exits without waiting for the list. Raises ``InputError``/``TargetError`` for a kubeconfig
+    that cannot be used (``connect``)."""
     assert intent.kubernetes is not None
     prefix = intent.kubernetes.label_prefix
     future: NodeRead = Future()
+    # Connected (the client imported, the kubeconfig read) here, not in the thread: importing is
+    # CPU work holding the GIL, and would starve the inventory's file reads of it.
+    api = KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
 
     def read() -> None:
         try:
-            api = KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
             served = api.served_kinds(kueue.GROUP)
             future.set_result((api, served, read_nodes(api, prefix, cordon_annotation(prefix))))
         except Exception as exc:  # noqa: BLE001 - handed to plan(), which raises it
