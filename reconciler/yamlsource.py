@@ -60,14 +60,14 @@ def format_path(path: Path_) -> str:
     return out
 
 
-def read_text(path: Path, *, what: str, max_bytes: int) -> str:
+def read_text(path: Path | str, *, what: str, max_bytes: int) -> str:
     """Read a UTF-8 text file with a size cap (a leading byte order mark is dropped).
 
     Raises ``InputError`` when the file is missing, unreadable, not a regular file (a FIFO or
     device would block or never end), larger than ``max_bytes``, not UTF-8, or holds NUL bytes
     (binary junk).
     """
-    if str(path) == "-" and not path.exists():
+    if str(path) == "-" and not os.path.exists(path):
         raise InputError(f"{what} '-': reading standard input is not supported; expected a file path")
     # display_path only on an error: an inventory folder is read 36,000 files at a time.
     raw = read_bytes_capped(path, what=what, max_bytes=max_bytes,
@@ -105,7 +105,7 @@ def read_json_object(path: Path, *, what: str, max_bytes: int, hint: str, kind: 
     return doc
 
 
-def read_bytes_capped(path: Path, *, what: str, max_bytes: int, error) -> bytes | None:
+def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error) -> bytes | None:
     """The bytes of the regular file ``path`` (following symlinks), or None when it is absent.
 
     Reads at most ``max_bytes`` (a file growing under us cannot exhaust memory). Anything else
@@ -144,7 +144,7 @@ def read_bytes_capped(path: Path, *, what: str, max_bytes: int, error) -> bytes 
         os.close(fd)
 
 
-def display_path(path: Path) -> str:
+def display_path(path: Path | str) -> str:
     """A path as the user would write it: relative to the working directory when inside it."""
     try:
         rel = os.path.relpath(path)
