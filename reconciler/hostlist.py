@@ -131,8 +131,7 @@ def _nat(text: str) -> tuple:
 def _split(name: object) -> tuple[str, int | None, str]:
     """``gb-r01-n07`` -> ("gb-r01-n", 7, "07"); a name without trailing digits -> (name, None, "")."""
     if not isinstance(name, str):
-        raise InputError(f"bad host name {name!r}; expected a non-empty name without "
-                         "whitespace, ',', '[' or ']'")
+        raise _bad_name(name)
     return _split_name(name)
 
 
@@ -140,8 +139,7 @@ def _split(name: object) -> tuple[str, int | None, str]:
 def _split_name(name: str) -> tuple[str, int | None, str]:
     # Cached for the reason _natural_key is: compress() meets the same names again and again.
     if not name or _BAD_NAME_CHARS.search(name):
-        raise InputError(f"bad host name {name!r}; expected a non-empty name without "
-                         "whitespace, ',', '[' or ']'")
+        raise _bad_name(name)
     m = _TRAILING_DIGITS.search(name)
     if not m:
         return name, None, ""
@@ -149,6 +147,10 @@ def _split_name(name: str) -> tuple[str, int | None, str]:
         raise InputError(f"host name {name!r} ends in a number over {_MAX_NUMBER}; scontrol "
                          "cannot represent it")
     return name[: m.start()], int(m.group()), m.group()
+
+
+def _bad_name(name: object) -> InputError:
+    return InputError(f"bad host name {name!r}; expected a non-empty name without whitespace, ',', '[' or ']'")
 
 
 def _width_class(number: int, width: int) -> tuple[int, int]:

@@ -47,6 +47,11 @@ class KubeOptions:
     force_conflicts: bool = False
     prune_empty: bool = False
 
+    def connect(self) -> KubeApi:
+        """The API server these options name, rackctl's retries on (the client's own off).
+        Raises ``InputError``/``TargetError`` for a kubeconfig that cannot be used."""
+        return KubeApi(connect(self.kubeconfig, self.context, client_retries=False))
+
 
 @dataclass
 class KubePass:
@@ -93,7 +98,7 @@ def start_node_read(intent: Intent, options: KubeOptions) -> NodeRead:
     future: NodeRead = Future()
     # Connected (the client imported, the kubeconfig read) here, not in the thread: importing is
     # CPU work holding the GIL, and would starve the inventory's file reads of it.
-    api = KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
+    api = options.connect()
 
     def read() -> None:
         try:
@@ -127,7 +132,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     if node_read is not None:
         api, served, nodes = node_read.result()
     else:
-        api = replay or KubeApi(connect(options.kubeconfig, options.context, client_retries=False))
+        api = replay or options.connect()
         served, nodes = api.served_kinds(kueue.GROUP), None
     versions = kueue.choose_versions(target.kueue_version, served)
     kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)

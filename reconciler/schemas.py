@@ -42,7 +42,7 @@ def validator(name: str) -> jsonschema.protocols.Validator:
 
 @functools.lru_cache(maxsize=None)
 def _strict(cls):
-    """``cls`` with two rules tightened to match jsonschema-rs and what rackctl can use:
+    """``cls`` with two rules tightened to what rackctl can use:
 
     - ``integer`` is an int, never a float: JSON Schema lets ``18.0`` pass, and it would render
       as ``BlockSizes=18.0`` or a clique ID ``2.0``;

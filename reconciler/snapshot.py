@@ -38,7 +38,7 @@ from .targets import slurm as slurm_target
 from .targets import slurm_controller
 from .provenance import resolve, where
 from .targets.configfiles import RecordingFiles, ReplayFiles, redact
-from .targets.kubernetes import COMPUTE_DOMAIN_GROUP, KubeApi, connect
+from .targets.kubernetes import COMPUTE_DOMAIN_GROUP, KubeApi
 from .kubeplan import cordon_annotation
 from .yamlsource import display_path, read_json_object
 
@@ -64,7 +64,7 @@ def take(intent: Intent, kube: KubeOptions, *, offline: bool = False) -> dict[st
     if intent.slurm_enabled:
         doc["slurm"] = _take_slurm(intent, offline)
     if intent.kubernetes is not None:
-        api = KubeApi(connect(kube.kubeconfig, kube.context, client_retries=False))
+        api = kube.connect()
         doc["kubernetes"] = _take_kubernetes(api, intent.kubernetes.label_prefix)
     return doc
 
