@@ -44,6 +44,7 @@ EPILOG = """exit codes:
   status     0 shown, 1 error (or error diagnostics: the table is still shown)
   reconcile  0 pass done (ok, changed, or drift in plan-only mode), 2 drift with --fail-on-drift, 1 pass failed
   history    0 shown, 1 error
+  snapshot   0 written, 1 error (a target that cannot be read; nothing written)
   a usage error (unknown or missing option) exits 1 on every command
 """
 

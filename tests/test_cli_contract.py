@@ -3,6 +3,7 @@ document on stdout, --out files, the inventory converter and the confirmation ru
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pty
@@ -15,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
+from reconciler import cli
 from reconciler.inventory.store import load_inventory
 
 from clihelp import (EXAMPLES, EXAMPLES_DIR, MANAGED, ROOT, assert_one_error, config_dir_for, rackctl,
@@ -356,3 +358,9 @@ def test_help_lists_the_exit_codes():
         for line in ("validate 0 valid, 1 errors", "plan 0 no changes, 2 changes, 1 error",
                      "apply 0 success, 1 failure", "drift 0 none, 2 drift", "inventory 0 written, 1 error"):
             assert line in text, (args, line)
+
+
+def test_help_gives_the_exit_codes_of_every_command():
+    commands = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    listed = {line.split()[0] for line in cli.EPILOG.splitlines()[1:] if line.startswith("  ")} - {"a"}
+    assert listed == set(commands)
