@@ -30,7 +30,9 @@ from .nodestates import HealthHistory
 from .plan import Change
 from .planner import DesiredSlurm
 from .render.kubernetes import DesiredKubernetes, render_kubernetes
-from .targets.kubernetes import MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, connect, read_live, read_nodes
+from .targets import nodelist
+from .targets.kubernetes import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect, read_live,
+                                 read_nodes)
 
 #: metadata fields the server sets; left out of the diffs people read.
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
@@ -82,33 +84,59 @@ class KubePass:
                 "labelledNodes": len(d.node_labels), "labelSets": label_sets, "objects": [o.body for o in d.objects]}
 
 
-NodeRead = Future  # of (KubeApi, Kueue kinds served, {Node name: LiveNode})
+class NodeRead:
+    """The Kueue kinds served and every Node, being read while the inventory loads
+    (``start_node_read``)."""
+
+    def __init__(self, future: Future, listing: nodelist.NodeListing | None) -> None:
+        self._future = future
+        self._listing = listing
+
+    def result(self) -> tuple[KubeApi, dict[str, tuple[str, ...]], dict[str, LiveNode]]:
+        """(the connection, Kueue kind -> versions served, Node name -> Node); raises what
+        reading raised (``TargetError``, ``InputError``)."""
+        return self._future.result()
+
+    def cancel(self) -> None:
+        """Stop a child process still listing the Nodes (the pass failed first); a thread is a
+        daemon and needs no stopping."""
+        if self._listing is not None:
+            self._listing.cancel()
 
 
-def start_node_read(intent: Intent, options: KubeOptions) -> NodeRead:
+def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = False) -> NodeRead:
     """Connect, then discover the Kueue kinds served and list every Node in a background thread,
     while the caller reads its other inputs (the inventory): at 36,000 Nodes an API server
-    spends seconds building the list, which the pass would otherwise wait for. ``plan`` takes
-    the result; an error reading the server (down, refusing) is raised there, after any error in
-    the inventory, as if read in turn. The thread is a daemon: a pass that fails before then
-    exits without waiting for the list. Raises ``InputError``/``TargetError`` for a kubeconfig
-    that cannot be used (``connect``)."""
+    spends seconds building the list, which the pass would otherwise wait for. ``in_child``:
+    the Node list is read and parsed in a child process (``targets.nodelist``), so that its CPU
+    does not compete with the caller's for the interpreter lock (worth it for fleet-sized
+    clusters only: the child's start costs a second of CPU). ``plan`` takes the result; an
+    error reading the server (down, refusing) is raised there, after any error in the
+    inventory, as if read in turn. A pass that fails before then exits without waiting for the
+    list: the thread is a daemon, and ``NodeRead.cancel`` stops the child. Raises
+    ``InputError``/``TargetError`` for a kubeconfig that cannot be used (``connect``)."""
     assert intent.kubernetes is not None
     prefix = intent.kubernetes.label_prefix
-    future: NodeRead = Future()
+    future: Future = Future()
     # Connected (the client imported, the kubeconfig read) here, not in the thread: importing is
     # CPU work holding the GIL, and would starve the inventory's file reads of it.
     api = options.connect()
+    listing = nodelist.start(options.kubeconfig, options.context, prefix, cordon_annotation(prefix)) if in_child else None
 
     def read() -> None:
         try:
             served = api.served_kinds(kueue.GROUP)
-            future.set_result((api, served, read_nodes(api, prefix, cordon_annotation(prefix))))
+            if listing is None:
+                nodes = read_nodes(api, prefix, cordon_annotation(prefix))
+            else:
+                nodes, retried = listing.result()
+                api.count_retries(retried)
+            future.set_result((api, served, nodes))
         except Exception as exc:  # noqa: BLE001 - handed to plan(), which raises it
             future.set_exception(exc)
 
     threading.Thread(target=read, name="rackctl-read-nodes", daemon=True).start()
-    return future
+    return NodeRead(future, listing)
 
 
 def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,

@@ -6,6 +6,8 @@ Shared by ``plan``, ``apply`` and ``drift`` so that they can never disagree.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -88,8 +90,19 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
                          "cannot hold spaces or shell characters; expected letters, digits and _ . / -",
                          file=intent.source.file, field="targets.slurm.configDir")
     # The Node list is read while the inventory loads (a real API server takes seconds at scale).
-    node_read = (kubesync.start_node_read(intent, kube)
+    node_read = (kubesync.start_node_read(intent, kube, in_child=fleet_sized(intent.inventory_path))
                  if intent.kubernetes is not None and not offline and snapshot is None else None)
+    try:
+        return _compute(intent, state, now, offline, show_users, kube, snapshot, inventory_progress,
+                        allow_destructive, node_read)
+    finally:
+        if node_read is not None:
+            node_read.cancel()
+
+
+def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, show_users: bool, kube: KubeOptions,
+             snapshot: LiveSnapshot | None, inventory_progress: Callable[[int, int], None] | None,
+             allow_destructive: bool, node_read: kubesync.NodeRead | None) -> Run:
     inventory = provenance.Digest()
     nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()),
                            on_progress=inventory_progress)
@@ -159,6 +172,27 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
         if not intent.slurm_enabled and kpass.comparison is not None and kpass.comparison.nodes is not None:
             plan.node_states = [r.to_json() for r in kpass.comparison.nodes.rows]
     return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
+
+
+#: An inventory of at least this many NodeReport files, or one file of at least this many bytes,
+#: is fleet-sized (about 280 NVL72 racks): its Nodes are listed in a child process
+#: (``kubesync.start_node_read``), whose start (about a second of CPU, on another core) then
+#: costs less than the list's parsing would take from the inventory's.
+FLEET_SIZED_FILES = 5000
+FLEET_SIZED_BYTES = 16 * 1024 * 1024
+
+
+def fleet_sized(inventory: Path) -> bool:
+    """Whether the inventory at ``inventory`` (a folder of NodeReports or one file) is fleet-sized
+    (``FLEET_SIZED_FILES``, ``FLEET_SIZED_BYTES``); False when it cannot be read (loading it
+    then says why)."""
+    try:
+        if inventory.is_dir():
+            with os.scandir(inventory) as entries:
+                return sum(1 for _ in itertools.islice(entries, FLEET_SIZED_FILES)) >= FLEET_SIZED_FILES
+        return inventory.stat().st_size >= FLEET_SIZED_BYTES
+    except OSError:
+        return False
 
 
 def _controller(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, offline: bool, diags: list[Diagnostic],

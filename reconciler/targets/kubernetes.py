@@ -142,6 +142,12 @@ class KubeApi:
         self._custom = client.CustomObjectsApi(api_client)
         self._apis = client.ApisApi(api_client)
 
+    def count_retries(self, retried: dict[str, int]) -> None:
+        """Add retries made elsewhere on this API server's behalf (why -> how many; a child
+        process listing the Nodes, ``targets.nodelist``) to ``retried``."""
+        with self._retried_lock:
+            self.retried.update(retried)
+
     # -- discovery --------------------------------------------------------------------------
 
     def served_kinds(self, group: str) -> dict[str, tuple[str, ...]]:

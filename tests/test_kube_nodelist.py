@@ -1,0 +1,164 @@
+"""The Node list read in a child process (``reconciler.targets.nodelist``), as a fleet-sized plan
+reads it: the same Nodes as the in-process read, its errors and retries carried back as they
+were, a child stopped when the pass no longer wants it, and the plan unchanged."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from clihelp import run_main
+from kubehelp import PREFIX, cluster, kube, node  # noqa: F401 - fixtures
+from reconciler import pipeline
+from reconciler.errors import InputError, TargetError
+from reconciler.kubeplan import cordon_annotation
+from reconciler.targets import nodelist
+from reconciler.targets.kubernetes import KubeApi, connect, read_nodes
+
+CORDON = cordon_annotation(PREFIX)
+
+
+def _in_process(kubeconfig, context=None):
+    return read_nodes(KubeApi(connect(str(kubeconfig), context, client_retries=False)), PREFIX, CORDON)
+
+
+def _seed_odd_nodes(kube) -> None:
+    """Nodes with every field rackctl reads set some way: its labels and another's, a taint, a
+    cordon with rackctl's reason, one not Ready."""
+    kube.seed(node("gb-a", {f"{PREFIX}slice": "s1", f"{PREFIX}rack": "r1", "team": "ml"}))
+    tainted = node("gb-b", {f"{PREFIX}slice": "s2"})
+    tainted["spec"] = {"unschedulable": True, "taints": [{"key": f"{PREFIX}unhealthy", "effect": "NoSchedule"}]}
+    tainted["metadata"]["annotations"] = {CORDON: "xid 79"}
+    kube.seed(tainted)
+    kube.seed(node("gb-c", ready=False))
+
+
+def test_the_child_lists_the_nodes_as_the_process_itself_would(kube):
+    _seed_odd_nodes(kube)
+    nodes, retried = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON).result()
+    assert nodes == _in_process(kube.kubeconfig)
+    assert sorted(nodes) == ["gb-a", "gb-b", "gb-c"]
+    assert nodes["gb-a"].labels == {f"{PREFIX}slice": "s1", f"{PREFIX}rack": "r1"}
+    assert (nodes["gb-b"].unschedulable, nodes["gb-b"].cordon_reason, nodes["gb-c"].ready) == (True, "xid 79", False)
+    assert retried == {}
+
+
+def test_retries_made_in_the_child_are_counted(kube):
+    kube.seed(node("gb-a"))
+    kube.set_faults([{"kinds": ["429"], "path": "^/api/v1/nodes$", "times": 2, "retryAfter": 0}])
+    nodes, retried = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON).result()
+    assert list(nodes) == ["gb-a"]
+    assert retried == {"HTTP 429": 2}
+
+
+def test_an_error_in_the_child_is_raised_as_it_was_raised_there(kube, tmp_path):
+    with pytest.raises(TargetError) as here:
+        _in_process(kube.kubeconfig, "no-such-context")
+    with pytest.raises(TargetError) as there:
+        nodelist.start(str(kube.kubeconfig), "no-such-context", PREFIX, CORDON).result()
+    assert (there.value.message, there.value.hint) == (here.value.message, here.value.hint)
+    assert "no-such-context" in there.value.message
+    missing = str(tmp_path / "missing.kubeconfig")
+    with pytest.raises(InputError) as gone:
+        nodelist.start(missing, None, PREFIX, CORDON).result()
+    assert str(gone.value) == f"{missing}: kubeconfig not found; expected a kubeconfig file (--kubeconfig)"
+
+
+def test_a_child_that_ends_without_an_answer_is_a_clear_error(kube):
+    listing = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON)
+    listing._proc.kill()
+    with pytest.raises(TargetError, match=r"list Nodes: the child process listing them "
+                                          r"\(reconciler.targets.nodelist\) ended without an answer "
+                                          r"\(killed by signal 9\)"):
+        listing.result()
+
+
+def _silent_kubeconfig(kube, tmp_path, silent: socket.socket):
+    kubeconfig = tmp_path / "silent.kubeconfig"
+    kubeconfig.write_text(kube.kubeconfig.read_text().replace(kube.url, f"http://127.0.0.1:{silent.getsockname()[1]}"))
+    return kubeconfig
+
+
+def test_cancel_stops_a_child_waiting_on_a_silent_server(kube, tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the kernel; nothing ever answers them
+    try:
+        listing = nodelist.start(str(_silent_kubeconfig(kube, tmp_path, silent)), None, PREFIX, CORDON)
+        time.sleep(1.0)  # the child has started and sent its list request
+        assert listing._proc.poll() is None
+        began = time.monotonic()
+        listing.cancel()
+        assert listing._proc.poll() is not None and time.monotonic() - began < 3
+        listing.cancel()  # twice is harmless
+    finally:
+        silent.close()
+
+
+def test_fleet_sized_counts_files_or_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_FILES", 3)
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_BYTES", 100)
+    folder = tmp_path / "inventory"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text("{}")
+    assert not pipeline.fleet_sized(folder)
+    (folder / "c.json").write_text("{}")
+    assert pipeline.fleet_sized(folder)
+    one = tmp_path / "inventory.json"
+    one.write_text("x" * 99)
+    assert not pipeline.fleet_sized(one)
+    one.write_text("x" * 100)
+    assert pipeline.fleet_sized(one)
+    assert not pipeline.fleet_sized(tmp_path / "missing")
+
+
+@pytest.fixture
+def children(monkeypatch):
+    """Every ``NodeListing`` started, with every inventory counted as fleet-sized."""
+    started = []
+    real = nodelist.start
+
+    def start(*args):
+        started.append(real(*args))
+        return started[-1]
+
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_FILES", 1)
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_BYTES", 0)
+    monkeypatch.setattr(nodelist, "start", start)
+    return started
+
+
+def test_a_fleet_sized_plan_is_the_plan_made_with_a_thread(cluster, capsys, monkeypatch, children):
+    _, args = cluster
+    in_child = run_main(capsys, "plan", *args, "--format", "json")
+    assert len(children) == 1 and children[0]._proc.returncode == 0
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_FILES", 1 << 30)
+    monkeypatch.setattr(pipeline, "FLEET_SIZED_BYTES", 1 << 60)
+    threaded = run_main(capsys, "plan", *args, "--format", "json")
+    assert len(children) == 1
+    assert in_child.rc == threaded.rc == 2
+    assert json.loads(in_child.out) == json.loads(threaded.out)
+    assert json.loads(in_child.out)["kubernetes"]["labelledNodes"] == 54
+
+
+def test_an_inventory_error_comes_first_and_stops_the_child(cluster, kube, tmp_path, capsys, children):
+    intent, _ = cluster
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        broken = tmp_path / "inventory.json"
+        broken.write_text('{"schemaVersion": 1, "nodes": [\n')
+        began = time.monotonic()
+        res = run_main(capsys, "plan", "-f", intent, "--kubeconfig", _silent_kubeconfig(kube, tmp_path, silent),
+                       "--state-dir", tmp_path / "state", "--inventory", broken)
+        assert time.monotonic() - began < 20
+    finally:
+        silent.close()
+    assert (res.rc, res.out) == (1, "")
+    assert res.err.endswith("inventory.json:2: invalid JSON: Expecting value (column 1)\n")
+    assert len(children) == 1 and children[0]._proc.poll() is not None
