@@ -11,7 +11,7 @@ import time
 import pytest
 
 from clihelp import run_main
-from kubehelp import PREFIX, cluster, kube, node  # noqa: F401 - fixtures
+from kubehelp import PREFIX, node
 from reconciler import pipeline
 from reconciler.errors import InputError, TargetError
 from reconciler.kubeplan import cordon_annotation
