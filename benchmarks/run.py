@@ -10,6 +10,7 @@ gate); 1 when a benchmark itself broke. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import compileall
 import math
 import shutil
 import sys
@@ -24,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import bench_apply, bench_naive, bench_noop, bench_plan  # noqa: E402
 from benchmarks.fleet import fleet  # noqa: E402
-from benchmarks.measure import CpuShare, human_bytes, machine  # noqa: E402
+from benchmarks.measure import ROOT, CpuShare, human_bytes, machine  # noqa: E402
 from benchmarks.report import table, verdict  # noqa: E402
 from benchmarks.scenario import scenario  # noqa: E402
 
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sizes: {', '.join(map(str, sizes))} racks; repeat {args.repeat} (medians); "
           f"benchmarks: {', '.join(only)}\n", flush=True)
 
+    # rackctl as a wheel installs it, with its bytecode compiled: otherwise an editable checkout
+    # run with PYTHONDONTWRITEBYTECODE set compiles every module again at each start.
+    compileall.compile_dir(ROOT / "reconciler", quiet=1)
     started, cpu = time.perf_counter(), CpuShare()
     work = args.work.resolve() if args.work else Path(tempfile.mkdtemp(prefix="rackctl-bench-fleets-"))
     scratch = Path(tempfile.mkdtemp(prefix="rackctl-bench-"))
