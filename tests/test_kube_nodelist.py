@@ -5,10 +5,14 @@ were, a child stopped when the pass no longer wants it, and the plan unchanged."
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import threading
 import time
 
 import pytest
+import yaml
 
 from clihelp import run_main
 from kubehelp import PREFIX, node
@@ -96,6 +100,71 @@ def test_cancel_stops_a_child_waiting_on_a_silent_server(kube, tmp_path):
         listing.cancel()  # twice is harmless
     finally:
         silent.close()
+
+
+def test_the_child_ignores_ctrl_c_and_stop_signals_and_ends_with_the_parents_pipe(kube, tmp_path):
+    """``rackctl reconcile`` catches SIGINT/SIGTERM to finish its pass; the child must not die of
+    them (a Ctrl-C reaches the terminal's process group, a service stop every process)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        listing = nodelist.start(str(_silent_kubeconfig(kube, tmp_path, silent)), None, PREFIX, CORDON)
+        pid = listing._proc.pid
+        assert os.getpgid(pid) != os.getpgid(0)  # a session of its own: no terminal Ctrl-C
+        time.sleep(1.0)  # past the child's start, its handlers set
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert listing._proc.poll() is None
+        listing.cancel()
+        assert listing._proc.returncode == 0  # it ended on its own, at end-of-file
+    finally:
+        silent.close()
+
+
+def test_the_child_never_imports_a_reconciler_from_its_working_directory(kube, tmp_path, monkeypatch):
+    impostor = tmp_path / "cwd" / "reconciler"
+    impostor.mkdir(parents=True)
+    (impostor / "__init__.py").write_text("raise SystemExit('the impostor was imported')\n")
+    monkeypatch.chdir(impostor.parent)
+    kube.seed(node("gb-a"))
+    nodes, _ = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON).result()
+    assert list(nodes) == ["gb-a"]
+
+
+def test_a_credential_plugin_in_the_child_reads_an_empty_stdin(kube, tmp_path):
+    """A kubeconfig's exec plugin run non-interactively inherits stdin: in the child that is
+    end-of-file, never the protocol's pipe (which would hang the child until cancelled)."""
+    doc = yaml.safe_load(kube.kubeconfig.read_text())
+    credential = json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                             "status": {"token": "t0ken"}})
+    ran = tmp_path / "plugin-ran"
+    doc["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "sh",
+                                        "args": ["-c", f"cat >/dev/null; touch {ran}; echo '{credential}'"]}}
+    kubeconfig = tmp_path / "exec.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    kube.seed(node("gb-a"))
+    listing = nodelist.start(str(kubeconfig), None, PREFIX, CORDON)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(listing.result()), daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():
+        listing.cancel()
+        pytest.fail("the child hung on its credential plugin")
+    assert list(got[0][0]) == ["gb-a"] and ran.exists()
+
+
+def test_what_the_child_prints_on_stderr_is_passed_on(kube, tmp_path, monkeypatch, capsys):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nprint('a warning from the child', file=sys.stderr)\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    kube.seed(node("gb-a"))
+    nodes, _ = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON).result()
+    assert list(nodes) == ["gb-a"]
+    assert capsys.readouterr().err == "a warning from the child\n"
 
 
 def test_fleet_sized_counts_files_or_bytes(tmp_path, monkeypatch):
