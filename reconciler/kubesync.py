@@ -174,7 +174,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
                                             f"{kind}{pinned} (served: {offered})", "targets.kubernetes.kueue",))
     desired = kpass.desired
     kpass.live = read_live(api, desired.objects, desired.owner_labels, desired.label_prefix,
-                           cordon_annotation(desired.label_prefix), nodes)
+                           cordon_annotation(desired.label_prefix), nodes, served)
     cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)
     # A kind not rendered (not served at the pinned version) is not pruned either.

@@ -58,8 +58,12 @@ def test_plan_then_apply_then_nothing(kube, cluster, capsys):
     assert writes(kube) == [] and dry_runs(kube) == []  # counted at the server
     assert {n: get_node(kube, n)["metadata"]["resource_version"] for n in versions} == versions
     assert custom(kube, "topologies", "dc1-gb200")["metadata"]["resourceVersion"] == topo_rv
+    kube.reset_requests()
     res = run_main(capsys, "plan", *args)
     assert res.rc == 0, res
+    # Kueue's API versions are discovered once a pass (the Node-list thread's answer is reused).
+    discovery = [r["path"] for r in kube.requests() if r["path"].count("/") == 3 and "kueue" in r["path"]]
+    assert discovery == ["/apis/kueue.x-k8s.io/v1beta2", "/apis/kueue.x-k8s.io/v1beta1"]
 
 
 def test_label_edited_by_hand_is_drift_and_only_it_is_restored(kube, cluster, capsys):

@@ -394,13 +394,15 @@ class KubeReads(Protocol):
 
 
 def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
-              cordon_annotation: str, nodes: dict[str, LiveNode] | None = None) -> LiveKubernetes:
-    """Read what rackctl compares: Kueue versions served, every Node (rackctl's labels only;
-    ``nodes``: already read by ``read_nodes``), rackctl's objects of every Kueue kind served
-    (listed by ``owner_labels`` and checked here too: a server that ignored the selector must
-    not make others' objects look owned), desired objects that exist unowned, and the
-    ComputeDomains when their API is served. Raises ``TargetError``."""
-    served = api.served_kinds(KUEUE_GROUP)
+              cordon_annotation: str, nodes: dict[str, LiveNode] | None = None,
+              served: dict[str, tuple[str, ...]] | None = None) -> LiveKubernetes:
+    """Read what rackctl compares: Kueue versions served (``served``: already discovered), every
+    Node (rackctl's labels only; ``nodes``: already read by ``read_nodes``), rackctl's objects
+    of every Kueue kind served (listed by ``owner_labels`` and checked here too: a server that
+    ignored the selector must not make others' objects look owned), desired objects that exist
+    unowned, and the ComputeDomains when their API is served. Raises ``TargetError``."""
+    if served is None:
+        served = api.served_kinds(KUEUE_GROUP)
     if nodes is None:
         nodes = read_nodes(api, label_prefix, cordon_annotation)
     objects: dict[str, dict[str, Any]] = {}
