@@ -117,17 +117,18 @@ def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = Fa
     ``InputError``/``TargetError`` for a kubeconfig that cannot be used (``connect``)."""
     assert intent.kubernetes is not None
     prefix = intent.kubernetes.label_prefix
+    annotation = cordon_annotation(prefix)
     future: Future = Future()
     # Connected (the client imported, the kubeconfig read) here, not in the thread: importing is
     # CPU work holding the GIL, and would starve the inventory's file reads of it.
     api = options.connect()
-    listing = nodelist.start(options.kubeconfig, options.context, prefix, cordon_annotation(prefix)) if in_child else None
+    listing = nodelist.start(options.kubeconfig, options.context, prefix, annotation) if in_child else None
 
     def read() -> None:
         try:
             served = api.served_kinds(kueue.GROUP)
             if listing is None:
-                nodes = read_nodes(api, prefix, cordon_annotation(prefix))
+                nodes = read_nodes(api, prefix, annotation)
             else:
                 nodes, retried = listing.result()
                 api.count_retries(retried)

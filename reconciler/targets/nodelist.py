@@ -109,7 +109,7 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
     # The folder this reconciler was imported from goes first on the child's path unless it is
     # there already (a site-packages); the working directory is left out (``python -c`` puts it
     # first), so that a folder named ``reconciler`` there is never imported instead.
-    root = os.path.realpath(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[2])
     code = (f"import os, sys; root = {root!r}; sys.path[:] = [p for p in sys.path if p]; "
             f"root in map(os.path.realpath, sys.path) or sys.path.insert(0, root); "
             f"from {MODULE} import serve; serve()")
