@@ -11,6 +11,7 @@ exit code C``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -41,14 +42,26 @@ nodes = hostlist.expand(opts["nodelist"])
 assert int(opts["nodes"]) == len(nodes) == int(opts["ntasks"]), opts
 assert opts["ntasks-per-node"] == "1" and "label" in opts and opts["kill-on-bad-exit"] == "0", opts
 silent = set(filter(None, os.environ.get("FAKE_SRUN_SILENT", "").split(",")))
+# FAKE_SRUN_LIE: node -> the name its tampered environment gives it (SLURMD_NODENAME)
+lie = json.loads(os.environ.get("FAKE_SRUN_LIE", "{{}}"))
+if os.environ.get("FAKE_SRUN_REVERSED"):  # Slurm places tasks in its node table order, not the --nodelist order
+    nodes.reverse()
 width = len(str(len(nodes) - 1))
 outputs, rc = [], 0
 for task, node in enumerate(nodes):
+    if "verbose" in opts and not os.environ.get("FAKE_SRUN_QUIET"):
+        sys.stderr.write("srun: launching StepId=4242.0 on host %s, 1 tasks: %d\n" % (node, task))
     if node in silent:  # the node never ran the task and srun says nothing about it
         outputs.append([])
         continue
-    proc = subprocess.run(command, env=dict(os.environ, SLURMD_NODENAME=node), capture_output=True, text=True)
-    outputs.append(["%*d: %s" % (width, task, line) for line in proc.stdout.splitlines()])
+    env = dict(os.environ, SLURMD_NODENAME=lie.get(node, node), FAKE_LIAR="1" if node in lie else "")
+    proc = subprocess.run(command, env=env, capture_output=True)
+
+    def labelled(data):  # srun ends a line at "\n" only; whatever else a line holds is the task's data
+        lines = data.decode().split("\n")
+        return ["%*d: %s" % (width, task, line) for line in (lines[:-1] if lines[-1] == "" else lines)]
+    outputs.append(labelled(proc.stdout))
+    sys.stderr.writelines(line + "\n" for line in labelled(proc.stderr))
     if proc.returncode:
         sys.stderr.write("srun: error: %s: task %d: Exited with exit code %d\n" % (node, task, proc.returncode))
         rc = 1
@@ -56,7 +69,7 @@ longest = max((len(o) for o in outputs), default=0)
 for n in range(longest):  # interleave the tasks' lines, as concurrent tasks would
     for out in outputs:
         if n < len(out):
-            print(out[n])
+            sys.stdout.buffer.write(out[n].encode() + b"\n")
 sys.exit(rc)
 '''
 
@@ -75,7 +88,16 @@ if what == "garbage":
     sys.exit(0)
 if what == "wronghost":
     host = "someone-else"
-print(json.dumps(nr.node(host, {uuid!r}, 1), indent=2))
+if what.startswith("inject:"):  # lines for task 1 (gb-r01-n02) behind a character that is no line break
+    sep = what[len("inject:"):]
+    forged = json.dumps(nr.node("gb-r01-n02", {uuid!r}, 7))
+    print(f"{{sep}}1: rackctl-node: gb-r01-n02{{sep}}1: {{forged}}")
+    sys.exit(0)
+if what == "fake-srun-lines":  # srun's own messages, forged on the task's standard error
+    print("srun: launching StepId=4242.0 on host gb-r01-n03, 1 tasks: 0", file=sys.stderr)
+    print("srun: error: gb-r01-n03: task 2: Exited with exit code 9", file=sys.stderr)
+# a tray whose environment lies about its name reports clique 7; the real trays report clique 1
+print(json.dumps(nr.node(host, {uuid!r}, 7 if os.environ.get("FAKE_LIAR") else 1), indent=2))
 '''
 
 FAKE_SINFO = r'''#!/bin/sh
@@ -102,7 +124,8 @@ def fake_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SRUN_LOG", str(log))
     monkeypatch.delenv("FAKE_AGENT_PLAN", raising=False)
-    monkeypatch.delenv("FAKE_SRUN_SILENT", raising=False)
+    for knob in ("FAKE_SRUN_SILENT", "FAKE_SRUN_LIE", "FAKE_SRUN_REVERSED", "FAKE_SRUN_QUIET"):
+        monkeypatch.delenv(knob, raising=False)
 
     class Fake:
         agent_path = agent
@@ -115,6 +138,15 @@ def fake_slurm(tmp_path, monkeypatch):
         @staticmethod
         def silent(*hosts: str) -> None:
             monkeypatch.setenv("FAKE_SRUN_SILENT", ",".join(hosts))
+
+        @staticmethod
+        def lie(**names: str) -> None:
+            """Give each node the other name in its task's environment (a tampered tray)."""
+            monkeypatch.setenv("FAKE_SRUN_LIE", json.dumps(names))
+
+        @staticmethod
+        def knob(name: str) -> None:
+            monkeypatch.setenv(name, "1")
 
         @staticmethod
         def calls() -> list[list[str]]:
@@ -139,6 +171,7 @@ def test_all_nodes_report(capsys, fake_slurm, tmp_path):
     # One srun for all nodes: the host list is compressed back, one task per node, labelled output.
     (call,) = fake_slurm.calls()
     assert "--nodelist=gb-r01-n[01-12]" in call and "--nodes=12" in call and "--label" in call
+    assert "--verbose" in call  # srun's word on where each task ran
     assert call[-3:-1] == ["sh", "-c"] and 'discover --hostname "$SLURMD_NODENAME"' in call[-1]
 
 
@@ -154,7 +187,8 @@ def test_partial_failure_lists_failed_nodes_and_writes_the_rest(capsys, fake_slu
     assert "exited with exit code 1" in err["gb-r01-n02"]
     assert "invalid JSON" in err["gb-r01-n03"] and "Segmentation fault" in err["gb-r01-n03"]
     assert "no report" in err["gb-r01-n04"]
-    assert "someone-else" in err["gb-r01-n05"]
+    assert err["gb-r01-n05"] == ("  gb-r01-n05: task 4: its report names host 'someone-else', "
+                                 "but srun ran it on gb-r01-n05; refused")
     assert "--partition=gb200" in fake_slurm.calls()[0]
 
 
@@ -210,7 +244,8 @@ def test_timeout_keeps_what_arrived(tmp_path, monkeypatch):
     report = json.dumps(nr.node("n1", UUID), indent=2).splitlines()
     lines = [f"0: {slurm_collect.MARKER}n1"] + [f"0: {line}" for line in report]
     script = bin_dir / "srun"
-    script.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\nexec sleep 60\n")
+    launched = "".join(f"echo 'srun: launching StepId=7.0 on host n{t + 1}, 1 tasks: {t}' >&2\n" for t in (0, 1))
+    script.write_text("#!/bin/sh\n" + launched + "cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\nexec sleep 60\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result = slurm_collect.collect(["n1", "n2"], timeout=1.5)
@@ -232,3 +267,75 @@ def test_labels_with_padding_and_split_lines_are_reassembled():
     assert "'/opt/rack ctl' discover" in argv[-1]
     assert slurm_collect._LABEL.match(" 7: {").groups() == ("7", "{")
     assert slurm_collect._LABEL.match("12: ").groups() == ("12", "")
+
+
+# --- node identity: a task speaks for the node srun ran it on, and for no other --------------------
+
+def reports_by_host(path) -> dict[str, dict]:
+    return {n["hostname"]: n for n in load_inventory(path)}
+
+
+def failure_lines(res) -> dict[str, str]:
+    return {line.split(":")[0].strip(): line.strip() for line in res.err.splitlines() if line.startswith("  ")}
+
+
+@pytest.mark.parametrize("sep", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"],
+                         ids=repr)
+def test_a_character_that_is_no_line_break_cannot_write_another_tasks_lines(capsys, fake_slurm, tmp_path, sep):
+    # The tray gb-r01-n01 writes "<sep>1: rackctl-node: gb-r01-n02<sep>1: {report}" on one line,
+    # while gb-r01-n02 (task 1) is silent: split at <sep>, the lines would be task 1's.
+    fake_slurm.plan(**{"gb-r01-n01": f"inject:{sep}"})
+    fake_slurm.silent("gb-r01-n02")
+    res = collect(capsys, fake_slurm, "--nodelist", "gb-r01-n[01-03]", "--out", tmp_path / "inv.json")
+    assert res.rc == 0, res
+    assert reports_by_host(tmp_path / "inv.json") == {"gb-r01-n03": nr.node("gb-r01-n03", UUID, 1)}
+    failed = failure_lines(res)
+    assert set(failed) == {"gb-r01-n01", "gb-r01-n02"}
+    assert failed["gb-r01-n01"].startswith("gb-r01-n01: task 0: not a NodeReport (invalid JSON: ")
+    assert failed["gb-r01-n02"] == "gb-r01-n02: no report"
+
+
+def test_a_task_whose_marker_names_another_node_is_refused(capsys, fake_slurm, tmp_path):
+    # gb-r01-n02's environment calls it gb-r01-n05: its marker and its report (clique 7) say so.
+    # Task 1 comes before the real gb-r01-n05's task 4: taken at its word, it would win.
+    fake_slurm.lie(**{"gb-r01-n02": "gb-r01-n05"})
+    res = collect(capsys, fake_slurm, "--nodelist", "gb-r01-n[01-06]", "--out", tmp_path / "inv.json")
+    assert res.rc == 0, res
+    hosts = ["gb-r01-n01", "gb-r01-n03", "gb-r01-n04", "gb-r01-n05", "gb-r01-n06"]
+    assert reports_by_host(tmp_path / "inv.json") == {h: nr.node(h, UUID, 1) for h in hosts}
+    assert failure_lines(res) == {"gb-r01-n02": "gb-r01-n02: task 1: its marker names node 'gb-r01-n05', but srun "
+                                                "ran it on gb-r01-n02; refused"}
+    assert "warning: 1 node(s) did not report (gb-r01-n02)" in res.err
+
+
+def test_the_node_of_a_task_is_the_one_srun_names_not_the_nodelist_order(fake_slurm):
+    fake_slurm.knob("FAKE_SRUN_REVERSED")  # task 0 runs on gb-r01-n04
+    result = slurm_collect.collect([f"gb-r01-n{i:02d}" for i in range(1, 5)], agent=str(fake_slurm.agent_path))
+    assert result.failures == {}
+    assert result.nodes == [nr.node(f"gb-r01-n{i:02d}", UUID, 1) for i in range(1, 5)]
+
+
+def test_without_srun_naming_the_nodes_every_task_is_refused(capsys, fake_slurm, tmp_path):
+    fake_slurm.knob("FAKE_SRUN_QUIET")  # an srun that prints no "launching ... on host" lines
+    res = collect(capsys, fake_slurm, "--nodelist", "n[1-2]", "--out", tmp_path / "inv.json")
+    assert res.rc == 1 and "error: no node reported (see the list below); nothing written\n" in res.err
+    refused = ("srun named no node for this task (no 'srun: launching ... on host' line on its standard error); "
+               "its output is refused")
+    assert failure_lines(res) == {"task 0": f"task 0: {refused}", "task 1": f"task 1: {refused}",
+                                  "n1": "n1: no report", "n2": "n2: no report"}
+    assert not (tmp_path / "inv.json").exists()
+
+
+def test_srun_messages_forged_on_a_tasks_stderr_change_nothing(fake_slurm):
+    # gb-r01-n01 writes "srun: launching ... on host gb-r01-n03, 1 tasks: 0" and an exit line
+    # for task 2 on its stderr; srun labels them "0: srun: ...". gb-r01-n03 is silent.
+    fake_slurm.plan(**{"gb-r01-n01": "fake-srun-lines"})
+    fake_slurm.silent("gb-r01-n03")
+    result = slurm_collect.collect(["gb-r01-n01", "gb-r01-n02", "gb-r01-n03"], agent=str(fake_slurm.agent_path))
+    assert [n["hostname"] for n in result.nodes] == ["gb-r01-n01", "gb-r01-n02"]
+    assert result.failures == {"gb-r01-n03": "no report"}
+
+
+def test_an_overlong_line_is_cut_and_its_tail_never_becomes_a_line():
+    stream = io.BytesIO(b"0: " + b"x" * 20 + b"1: rackctl-node: n2\n0: }\n")
+    assert list(slurm_collect._lines(stream, limit=16)) == [b"0: " + b"x" * 13, b"0: }"]

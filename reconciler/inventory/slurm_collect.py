@@ -1,36 +1,47 @@
-"""Fan-out collection on Slurm: run the node agent (``rackctl discover``) on every node with one
+r"""Fan-out collection on Slurm: run the node agent (``rackctl discover``) on every node with one
 ``srun`` and gather the NodeReports (``rackctl collect slurm``).
 
 Design (format source: srun(1), Slurm 24.11). One job step, one task per node::
 
     srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=HOSTLIST [--partition=P]
-         --label --kill-on-bad-exit=0 --job-name=rackctl-collect
+         --label --verbose --kill-on-bad-exit=0 --job-name=rackctl-collect
          sh -c 'echo "rackctl-node: $SLURMD_NODENAME"; exec AGENT discover --hostname "$SLURMD_NODENAME"'
 
-- ``--label`` prefixes every stdout line with the task number (``"%d: "``, right-aligned to the
-  widest task number), so the interleaved output of all tasks can be split back per task.
+- ``--label`` prefixes every line a task writes (stdout and stderr) with its task number
+  (``"%d: "``, right-aligned to the widest task number). srun ends a line at ``\n`` only, so
+  the output is split at ``\n`` only: a ``\r``, ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``,
+  ``\x85`` or ``\u2028`` inside a line is data of the task that wrote it (``str.splitlines``
+  and text-mode pipes would split there, and a task could then write lines that carry another
+  task's label).
+- ``--verbose`` makes srun say where it launched each task, on its own (unlabelled) stderr:
+  ``srun: launching StepId=J.S on host NODE, 1 tasks: T`` (libslurm step_launch.c; older
+  releases print ``J.S`` without ``StepId=``). That line is the only word on which node task
+  T ran: srun writes it, no task can (a task's stderr lines start with its label). A task srun
+  names no node for is refused.
 - Each task first prints a marker line naming the Slurm node it runs on (``SLURMD_NODENAME``,
-  set by slurmd in every task), then the agent's NodeReport (indented JSON). The marker ties a
-  task to its node whatever srun's task placement, so garbled output and non-zero exits are
-  reported per node; ``--hostname`` makes the report use the Slurm node name (the name the
-  intent's host lists and topology.conf use) rather than the host's own idea of its name.
+  set by slurmd in every task), then the agent's NodeReport (indented JSON). Both are the
+  tray's own word: a task whose marker or report names another node than the one srun ran it
+  on is refused for that node. ``--hostname`` makes the report use the Slurm node name (the
+  name the intent's host lists and topology.conf use) rather than the host's own idea of its
+  name.
 - ``--kill-on-bad-exit=0``: one failing task must not kill the others.
 - srun's own stderr lines ``srun: error: NODE: task(s) T: Exited with exit code C`` are read
   for the exit codes of failed tasks.
 
-Only stdout is parsed, line by line as it arrives; a report counts as received when its task
-prints the closing ``}`` line (told to ``on_progress``). After srun ends (or ``timeout`` seconds
-pass: srun is sent SIGTERM, which it forwards to the tasks, then SIGKILL), each task's text is
-parsed with ``json.loads`` and checked with ``store.check_node``.
+Stdout is parsed line by line as it arrives; a report counts as received when its task
+prints the closing ``}`` line (told to ``on_progress``, once per task). After srun ends (or
+``timeout`` seconds pass: srun is sent SIGTERM, which it forwards to the tasks, then SIGKILL),
+each task's text is parsed with ``json.loads`` and checked with ``store.check_node``.
 
 Outcome (``CollectResult``): the valid reports (sorted by host name) and one failure line per
 node that produced none: a task that exited non-zero, printed something that is not a valid
-NodeReport, reported a different host name, or printed nothing at all. The caller decides exit
-codes (``rackctl collect slurm``: 0 all reported, 0 with a warning when some failed, 1 when none).
+NodeReport, named another node in its marker or report, or printed nothing at all. The caller
+decides exit codes (``rackctl collect slurm``: 0 all reported, 0 with a warning when some
+failed, 1 when none).
 
 Limits: a node that is DOWN or drained in the node list keeps the whole step pending (srun
-waits for every node); ``timeout`` bounds that. The real-controller test bed is another issue;
-tests use a fake ``srun`` on PATH.
+waits for every node); ``timeout`` bounds that. Tests use a fake ``srun`` on PATH (the
+real-controller test bed runs no slurmd).
 """
 
 from __future__ import annotations
@@ -44,19 +55,26 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .. import hostlist
 from ..errors import InputError, RackctlError
 from .store import check_node
 
 MARKER = "rackctl-node: "
-_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
-# srun(1) reports failed tasks on stderr: "srun: error: node07: task 6: Exited with exit code 1"
-# (several tasks on one node: "tasks 4-5").
-_TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
+# srun's label: the task number right-aligned with spaces, a colon and a space (ASCII digits
+# only: \d would take other scripts' digits too).
+_LABEL = re.compile(r"^ *([0-9]+): ?(.*)$", re.DOTALL)
+# srun's own stderr lines, anchored at the start so that no task's (labelled) line can match:
+# failed tasks, "srun: error: node07: task 6: Exited with exit code 1" (several tasks on one
+# node: "tasks 4-5"), and with --verbose where each task was launched, "srun: launching
+# StepId=4242.0 on host node07, 1 tasks: 6" (several: "2 tasks: [4-5]").
+_TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
+_LAUNCH = re.compile(r"^srun: launching \S+ on host (\S+), [0-9]+ tasks: \[?([0-9,\-]+)\]?$")
 #: Longest output one task may print (bytes of text); a NodeReport of 8 GPUs is ~5 KB.
 MAX_TASK_CHARS = 4 * 1024 * 1024
+#: Longest line kept (bytes); the rest of a longer line, up to its newline, is dropped.
+MAX_LINE_BYTES = 64 * 1024
 
 
 @dataclass
@@ -80,7 +98,7 @@ def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackc
             f"--nodelist={hostlist.compress(nodes)}"]
     if partition:
         argv.append(f"--partition={partition}")
-    argv += ["--label", "--kill-on-bad-exit=0", "--job-name=rackctl-collect", "sh", "-c", script]
+    argv += ["--label", "--verbose", "--kill-on-bad-exit=0", "--job-name=rackctl-collect", "sh", "-c", script]
     return argv
 
 
@@ -123,8 +141,9 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     require_srun()
     argv = srun_command(nodes, partition=partition, agent=agent)
     tasks: dict[int, list[str]] = {}
+    sizes: dict[int, int] = {}
     stderr_lines: list[str] = []
-    done = [0]
+    closed: set[int] = set()
     lock = threading.Lock()
     if on_progress is not None:
         on_progress(0, len(nodes))
@@ -135,38 +154,47 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
             return  # srun prints nothing unlabelled on stdout with --label; ignore stray text
         task, text = int(m.group(1)), m.group(2)
         with lock:
-            buf = tasks.setdefault(task, [])
-            if sum(map(len, buf)) < MAX_TASK_CHARS:
-                buf.append(text)
-            if text == "}":  # json.dumps(indent=2) closes the report on a line of its own
-                done[0] += 1
+            if sizes.get(task, 0) < MAX_TASK_CHARS:  # a running total: summing the buffer per line is quadratic
+                tasks.setdefault(task, []).append(text)
+                sizes[task] = sizes.get(task, 0) + len(text)
+            if text == "}" and task not in closed:  # json.dumps(indent=2) closes the report on its own line
+                closed.add(task)
                 if on_progress is not None:
-                    on_progress(done[0], len(nodes))
+                    on_progress(len(closed), len(nodes))
 
     rc, timed_out = _run(argv, on_stdout, stderr_lines.append, timeout)
-    result = CollectResult(expected=list(nodes), srun_exit=rc, srun_stderr=_tail("\n".join(stderr_lines)),
+    errors = [line for line in stderr_lines if line.startswith(("srun: error:", "srun: fatal:"))]
+    result = CollectResult(expected=list(nodes), srun_exit=rc, srun_stderr=_tail("\n".join(errors or stderr_lines)),
                            timed_out=timed_out)
     exits = _task_exits(stderr_lines)
+    ran_on = _launched_on(stderr_lines)
     seen: set[str] = set()
     wanted = set(nodes)
     for task in sorted(tasks):
+        host = ran_on.get(task)
         lines = tasks[task]
-        host = lines[0][len(MARKER):].strip() if lines and lines[0].startswith(MARKER) else None
-        who = host or f"task {task}"
-        body = "\n".join(lines[1:] if host else lines)
-        if host is not None and host not in wanted:
-            result.failures[who] = f"task {task} ran on a node not asked for"
+        if host is None:
+            result.failures[f"task {task}"] = ("srun named no node for this task (no 'srun: launching ... on host' "
+                                               "line on its standard error); its output is refused")
             continue
+        if host not in wanted:
+            result.failures[host] = f"task {task} ran on a node not asked for"
+            continue
+        marker = lines[0][len(MARKER):] if lines and lines[0].startswith(MARKER) else None
+        if marker is not None and marker != host:
+            result.failures[host] = f"task {task}: its marker names node {marker!r}, but srun ran it on {host}; refused"
+            continue
+        body = "\n".join(lines[1:] if marker is not None else lines)
         node, why = _parse_report(body, host, task)
         if node is None:
             note = exits.get(task)
-            result.failures[who] = f"task {task}: " + (note if note and not body.strip() else
-                                                       why + (f" ({note})" if note else ""))
+            result.failures[host] = f"task {task}: " + (note if note and not body.strip() else
+                                                        why + (f" ({note})" if note else ""))
             continue
-        if node["hostname"] in seen:
-            result.failures[who] = f"task {task}: host {node['hostname']} reported twice"
+        if host in seen:
+            result.failures[host] = f"task {task}: host {host} reported twice"
             continue
-        seen.add(node["hostname"])
+        seen.add(host)
         result.nodes.append(node)
     for task, note in exits.items():  # failed tasks that printed nothing at all (not even the marker)
         if task not in tasks:
@@ -180,7 +208,7 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     return result
 
 
-def _parse_report(body: str, host: str | None, task: int) -> tuple[dict[str, Any] | None, str]:
+def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | None, str]:
     if not body.strip():
         return None, "printed no report"
     try:
@@ -194,8 +222,8 @@ def _parse_report(body: str, host: str | None, task: int) -> tuple[dict[str, Any
         check_node(doc, file=f"srun task {task}", place=f"srun task {task}")
     except InputError as exc:
         return None, f"invalid NodeReport: {exc}"
-    if host is not None and doc["hostname"] != host:
-        return None, f"reported host name {doc['hostname']!r}, expected {host!r}"
+    if doc["hostname"] != host:
+        return None, f"its report names host {doc['hostname']!r}, but srun ran it on {host}; refused"
     return doc, ""
 
 
@@ -213,28 +241,44 @@ class _Exits(dict):
 def _task_exits(stderr_lines: list[str]) -> _Exits:
     out = _Exits()
     for line in stderr_lines:
-        m = _TASK_EXIT.search(line.rstrip("\n"))
+        m = _TASK_EXIT.match(line)
         if not m:
             continue
-        for part in m.group(2).split(","):
-            lo, _, hi = part.partition("-")
-            if not lo.isdecimal() or (hi and not hi.isdecimal()):
-                continue
-            for t in range(int(lo), int(hi or lo) + 1):
-                out[t] = m.group(3).strip().rstrip(".").replace("Exited", "exited")
-                out.hosts[t] = m.group(1)
+        for t in _task_ids(m.group(2)):
+            out[t] = m.group(3).strip().rstrip(".").replace("Exited", "exited")
+            out.hosts[t] = m.group(1)
     return out
+
+
+def _launched_on(stderr_lines: list[str]) -> dict[int, str]:
+    """task number -> the node srun says it launched the task on (its ``--verbose`` lines)."""
+    out: dict[int, str] = {}
+    for line in stderr_lines:
+        m = _LAUNCH.match(line)
+        if m:
+            out.update((t, m.group(1)) for t in _task_ids(m.group(2)))
+    return out
+
+
+def _task_ids(text: str) -> list[int]:
+    """Task numbers of srun's ``4``, ``4-5`` or ``0,2-3`` (malformed parts are skipped)."""
+    ids: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdecimal() and lo.isascii() and (not hi or (hi.isdecimal() and hi.isascii())):
+            ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids
 
 
 def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[[str], None],
          timeout: float | None) -> tuple[int | None, bool]:
     """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", bufsize=1)
+    # Binary pipes: a text-mode pipe would end lines at "\r" too (universal newlines).
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def pump(stream: Any, sink: Callable[[str], None]) -> None:
-        for line in stream:
-            sink(line.rstrip("\n"))
+        for line in _lines(stream):
+            sink(line.decode("utf-8", "replace"))
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, on_stdout), daemon=True),
                threading.Thread(target=pump, args=(proc.stderr, on_stderr), daemon=True)]
@@ -261,6 +305,17 @@ def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[
     return proc.returncode, timed_out
 
 
+def _lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of binary ``stream``, split at ``b"\n"`` only, without it. A line longer than
+    ``limit`` bytes is cut there and the rest of it is read and dropped, so that its tail is
+    never taken for a line of its own (which would let a task write another task's label)."""
+    while chunk := stream.readline(limit):
+        if len(chunk) == limit and not chunk.endswith(b"\n"):
+            while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
+                pass
+        yield chunk.removesuffix(b"\n")
+
+
 def summary(result: CollectResult) -> list[str]:
     """Human lines for stderr: one per failed node, sorted naturally."""
     def key(name: str) -> tuple:
@@ -272,7 +327,7 @@ def summary(result: CollectResult) -> list[str]:
 
 
 def _first(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = text.strip().split("\n")[0] if text.strip() else ""
     return line[:60]
 
 
