@@ -146,7 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inventory)
 
     d = _sub(sub, "discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)")
-    d.add_argument("--hostname", help="host name to report (default: this host's name)")
+    d.add_argument("--hostname", help="host name to report (default: the Node's name with --publish-annotation, "
+                   "else this host's name)")
     d.add_argument("--out", metavar="FILE", help="write the NodeReport to FILE (atomically) instead of stdout")
     d.add_argument("--publish-annotation", action="store_true", help="also patch this node's Kubernetes Node "
                    "with annotation rackctl.dev/node-report (in-cluster config, else KUBECONFIG)")
@@ -339,12 +340,17 @@ def cmd_discover(args: argparse.Namespace) -> int:
     if args.out == "":
         raise InputError("an empty path; expected a file name", field="--out")
     outputs.check_out_file(args.out)
+    from .inventory import k8s_reports
     from .inventory.nvml import collect_node_report  # NVML is loaded only by this command
 
-    node = collect_node_report(hostname=args.hostname)
+    node_name = k8s_reports.node_to_annotate(args.node_name) if args.publish_annotation else None
+    # A published report names its Node: the collector takes it from that Node only.
+    node = collect_node_report(hostname=args.hostname or node_name)
     check_node(node, file="<nvml>", place=f"NodeReport of {node['hostname']}")
-    if args.publish_annotation:
-        _publish(args, node)
+    if node_name is not None:
+        k8s_reports.annotation_value(node)  # the size check, before any API call
+        k8s_reports.publish_report(k8s_reports.load_api(), node_name, node)
+        print(f"annotated Node {node_name} with {k8s_reports.ANNOTATION}", file=sys.stderr)
     text = json.dumps(node, indent=2) + "\n"
     if args.out is not None:
         atomic_write(Path(args.out), text.encode())
@@ -353,19 +359,6 @@ def cmd_discover(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
-
-
-def _publish(args: argparse.Namespace, node: dict) -> None:
-    import socket
-
-    from .inventory import k8s_reports
-
-    if args.node_name == "":
-        raise InputError("an empty value; expected a Kubernetes Node name", field="--node-name")
-    name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
-    k8s_reports.annotation_value(node)  # the size check, before any API call
-    k8s_reports.publish_report(k8s_reports.load_api(), name, node)
-    print(f"annotated Node {name} with {k8s_reports.ANNOTATION}", file=sys.stderr)
 
 
 def _host_from_name(name: str) -> str:

@@ -30,9 +30,11 @@ exit codes:
 COLLECT_K8S_HELP = f"""\
 Reads the NodeReports that `rackctl discover --publish-annotation` (the agent DaemonSet,
 examples/kubernetes/discover-daemonset.yaml) put on each Node as annotation
-{k8s_reports.ANNOTATION}, and writes them. A Node without a (valid) report falls back to its
-labels (nvidia.com/gpu.clique, as `inventory --from-nodes`) when it has that label, else it is
-listed as missing. Uses the in-cluster config, else KUBECONFIG.
+{k8s_reports.ANNOTATION}, and writes them. A report is taken only from the Node it names (its
+hostname is the Node's name); one naming another host is refused for that Node, with a warning.
+A Node without a (valid) report falls back to its labels (nvidia.com/gpu.clique, as
+`inventory --from-nodes`) when it has that label, else it is listed as missing. Uses the
+in-cluster config, else KUBECONFIG.
 
 exit codes:
   0  every node reported; or some did and the others are listed in a warning
@@ -116,7 +118,7 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
         api = k8s_reports.load_api()
         objects, name = k8s_reports.list_nodes(api, args.label_selector), "<kubernetes API>"
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
-    nodes, missing, notes = [], [], []
+    nodes, missing, notes, warnings = [], [], [], []
     seen: dict[str, str] = {}
     with progress.bar("reading Node reports") as bar:
         for done, obj in enumerate(objects):
@@ -127,7 +129,9 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
             if report is None and labels.CLIQUE_LABEL in (obj["metadata"].get("labels") or {}):
                 try:
                     report = labels.node_report(obj, file=name, notes=notes)
-                    notes.append(f"node {node}: {problem}; used its labels instead (source {labels.SOURCE})")
+                    # a report that is there but refused is the agent's failure (or a forgery): a warning
+                    (warnings if k8s_reports.carries_report(obj) else notes).append(
+                        f"{problem}; used its labels instead (source {labels.SOURCE})")
                 except InputError as exc:
                     problem = f"{problem}; its labels are unusable too: {exc}"
             if report is not None and report["hostname"] in seen:
@@ -141,6 +145,8 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
             nodes.append(report)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if not nodes:
         raise RackctlError(f"no node reported ({len(objects)} Node(s) listed); nothing written\n" +
                            "\n".join(missing[:50]) + (f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""))

@@ -1,6 +1,6 @@
 """`rackctl collect kubernetes` and `rackctl discover --publish-annotation` on recorded Node
-objects (hand-made NodeLists carrying the rackctl.dev/node-report annotation) and a stub API
-object; the fake API server is a later issue."""
+objects (hand-made NodeLists carrying the rackctl.dev/node-report annotation), a stub API
+object, and the fake API server (``kube``) for the forged-report attack end to end."""
 
 from __future__ import annotations
 
@@ -82,19 +82,38 @@ def test_publish_report_api_error_is_a_clear_error():
     assert "patch on nodes" in str(exc.value)
 
 
-def test_discover_publish_annotation_patches_this_node(monkeypatch, capsys, tmp_path):
+def fake_nvml(monkeypatch, gethostname: str = "gb-r01-n01") -> None:
+    """``collect_node_report`` as the real one names the report: ``hostname``, else this host's name."""
     from reconciler.inventory import nvml
-    report = nr.node("gb-r01-n01", UUID)
-    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None: dict(report))
+    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None: nr.node(hostname or gethostname, UUID))
+
+
+def test_discover_publish_annotation_names_the_report_after_the_node(monkeypatch, capsys, tmp_path):
+    fake_nvml(monkeypatch)
     api = StubApi()
     monkeypatch.setattr(k8s_reports, "load_api", lambda: api)
     monkeypatch.setenv("NODE_NAME", "k8s-node-7")
     res = run_main(capsys, "discover", "--publish-annotation", "--out", tmp_path / "r.json")
     assert res.rc == 0, res
     assert [c[0] for c in api.calls] == ["k8s-node-7"]
+    assert json.loads(api.calls[-1][1]["metadata"]["annotations"][ANN]) == nr.node("k8s-node-7", UUID)
+    assert json.loads((tmp_path / "r.json").read_text())["hostname"] == "k8s-node-7"
     res = run_main(capsys, "discover", "--publish-annotation", "--node-name", "other", "--out", tmp_path / "r.json")
     assert res.rc == 0 and api.calls[-1][0] == "other"
-    assert json.loads(api.calls[-1][1]["metadata"]["annotations"][ANN]) == report
+    assert json.loads(api.calls[-1][1]["metadata"]["annotations"][ANN]) == nr.node("other", UUID)
+
+
+def test_discover_refuses_to_publish_a_report_for_another_host(monkeypatch, capsys, tmp_path):
+    fake_nvml(monkeypatch)
+    api = StubApi()
+    monkeypatch.setattr(k8s_reports, "load_api", lambda: api)
+    res = run_main(capsys, "discover", "--publish-annotation", "--node-name", "gb-r01-n02", "--hostname",
+                   "gb-r01-n01", "--out", tmp_path / "r.json")
+    assert assert_one_error(res) == (
+        "error: --hostname: the NodeReport names host 'gb-r01-n01', but it would be published on Node 'gb-r01-n02'; "
+        "`rackctl collect kubernetes` takes a report only from the Node it names; nothing published\n"
+        "  hint: leave --hostname out (the report then names the Node), or pass the Node's name\n")
+    assert api.calls == [] and not (tmp_path / "r.json").exists()
 
 
 # --- reports_from_nodes ---------------------------------------------------------------------
@@ -104,12 +123,24 @@ def test_reports_from_nodes_lists_missing_and_garbled_nodes():
     reports, problems = k8s_reports.reports_from_nodes([
         node_obj("gb-r01-n01", good), node_obj("gb-r01-n02"), node_obj("gb-r01-n03", annotation="{not json"),
         node_obj("gb-r01-n04", annotation=json.dumps({"hostname": "x", "gpus": "many"})),
+        node_obj("gb-r01-n05", nr.node("gb-r01-n01", UUID, 7)),
     ])
     assert reports == [good]
-    assert len(problems) == 3
+    assert len(problems) == 4
     assert problems[0].startswith("node gb-r01-n02: no rackctl.dev/node-report annotation")
     assert problems[1].startswith("node gb-r01-n03:") and "garbled" in problems[1]
     assert problems[2].startswith("node gb-r01-n04:") and "not a valid NodeReport" in problems[2]
+    assert problems[3] == ("node gb-r01-n05: annotation rackctl.dev/node-report names host 'gb-r01-n01', not this "
+                           "Node; refused (a Node's report must name that Node)")
+
+
+def test_a_report_is_taken_only_from_the_node_it_names():
+    # gb-r01-n01 (listed first) claims gb-r01-n02: taken at its word it would shut out the real one.
+    forged, real = nr.node("gb-r01-n02", UUID, 7), nr.node("gb-r01-n02", UUID, 1)
+    reports, problems = k8s_reports.reports_from_nodes([node_obj("gb-r01-n01", forged), node_obj("gb-r01-n02", real)])
+    assert reports == [real]
+    assert problems == ["node gb-r01-n01: annotation rackctl.dev/node-report names host 'gb-r01-n02', not this "
+                        "Node; refused (a Node's report must name that Node)"]
 
 
 # --- collect kubernetes --from-file -----------------------------------------------------------
@@ -189,7 +220,7 @@ def test_daemonset_manifest_rbac_is_minimal():
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} <= kinds
     roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
     assert roles == {
-        "rackctl-agent": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+        "rackctl-agent": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}],
         "rackctl-collector": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
     }
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
@@ -207,3 +238,40 @@ def test_daemonset_manifest_rbac_is_minimal():
     bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"}
     assert {b["roleRef"]["name"] for b in bindings.values()} == set(roles)
     assert bindings["rackctl-agent"]["subjects"][0]["name"] == spec["serviceAccountName"]
+
+
+# --- the forged and the stale report, through the fake API server -----------------------------------
+
+def test_collect_refuses_forged_and_stale_reports_from_the_api_server(kube, monkeypatch, tmp_path, capsys):
+    """The attack: a tenant's tray writes a report naming another tray on its own Node (the
+    admission policy keeps it off other Nodes). gb-r01-n02 claims gb-r01-n03 (clique 7) and is
+    listed first; gb-r01-n04 was renamed under a stale report; gb-r01-n05 claims gb-r01-n01 and
+    has GFD labels to fall back on. Each refusal is a warning naming the Node and the claimed
+    host; every other Node's report is taken."""
+    from kubehelp import node
+    from reconciler.inventory import labels
+
+    clique_labels = {labels.CLIQUE_LABEL: f"{UUID}.1", labels.COUNT_LABEL: "4"}
+    claims = {"gb-r01-n01": nr.node("gb-r01-n01", UUID), "gb-r01-n02": nr.node("gb-r01-n03", UUID, 7),
+              "gb-r01-n03": nr.node("gb-r01-n03", UUID), "gb-r01-n04": nr.node("gb-r01-n04-old", UUID),
+              "gb-r01-n05": nr.node("gb-r01-n01", UUID, 7)}
+    for name, report in claims.items():
+        obj = node(name, clique_labels if name == "gb-r01-n05" else None)
+        obj["metadata"]["annotations"] = {ANN: k8s_reports.annotation_value(report)}
+        kube.seed(obj)
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    res = run_main(capsys, "collect", "kubernetes", "--out", tmp_path / "inv.json")
+    assert res.rc == 0, res
+    nodes = {n["hostname"]: n for n in load_inventory(tmp_path / "inv.json")}
+    assert set(nodes) == {"gb-r01-n01", "gb-r01-n03", "gb-r01-n05"}
+    assert nodes["gb-r01-n01"] == claims["gb-r01-n01"] and nodes["gb-r01-n03"] == claims["gb-r01-n03"]
+    assert nodes["gb-r01-n05"]["source"] == labels.SOURCE
+    refused = "not this Node; refused (a Node's report must name that Node)"
+    assert res.err.splitlines() == [
+        f"warning: node gb-r01-n05: annotation {ANN} names host 'gb-r01-n01', {refused}; used its labels instead "
+        f"(source {labels.SOURCE})",
+        "wrote 3 NodeReport(s) of 5 node(s) to 1 file(s)",
+        "warning: 2 node(s) have no report:",
+        f"  gb-r01-n02: annotation {ANN} names host 'gb-r01-n03', {refused}",
+        f"  gb-r01-n04: annotation {ANN} names host 'gb-r01-n04-old', {refused}",
+    ]

@@ -6,6 +6,16 @@ the official ``kubernetes`` client (in-cluster config, else KUBECONFIG / ~/.kube
 ``rackctl collect kubernetes`` lists the Nodes and reads the annotations back
 (``reports_from_nodes``); each report is checked like any other (``store.check_node``).
 
+Identity: a report is taken only from the Node it names, its ``hostname`` equal to the Node's
+``metadata.name``. The name, not the ``kubernetes.io/hostname`` label: the name is what the
+Kubernetes target patches (``targets.kubernetes.read_nodes`` keys Nodes by it), what the label
+fallback (``labels.node_report``) calls the host, and the one thing the API server proves about
+the agent that wrote the annotation (the ``authentication.kubernetes.io/node-name`` claim the
+admission policy in examples/kubernetes/discover-admission-policy.yaml checks); the label is
+the kubelet's ``--hostname-override`` and may differ. So ``discover --publish-annotation``
+names the report after the Node, and a report naming another host (a tray speaking for another
+tray, or a Node renamed under a stale report) is refused for that one Node.
+
 Kubernetes caps a Node's annotations at 256 KiB in all, so a report whose annotation alone is
 larger is refused before any API call (a 4-GPU tray takes about 2 KiB).
 
@@ -44,11 +54,30 @@ def merge_patch(report: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"annotations": {ANNOTATION: annotation_value(report)}}}
 
 
+def node_to_annotate(flag: str | None) -> str:
+    """The Node ``discover --publish-annotation`` annotates: ``--node-name``, else ``$NODE_NAME``
+    (the DaemonSet sets it from ``spec.nodeName``), else this host's name. Raises ``InputError``
+    for an empty ``--node-name``."""
+    import os
+    import socket
+
+    if flag == "":
+        raise InputError("an empty value; expected a Kubernetes Node name", field="--node-name")
+    return flag or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
 def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str, Any]:
     """Patch Node ``node_name`` with the report annotation through ``api.patch_node(name, body)``
-    (a ``kubernetes.client.CoreV1Api``). Returns the body sent. Raises ``RackctlError``."""
+    (a ``kubernetes.client.CoreV1Api``). Returns the body sent. Raises ``InputError`` when the
+    report names another host than ``node_name`` (the collector would refuse it), before any
+    API call; ``RackctlError`` for an API failure."""
     if not node_name:
         raise InputError("an empty Node name", field="--node-name")
+    if report.get("hostname") != node_name:
+        raise InputError(f"the NodeReport names host {report.get('hostname')!r}, but it would be published on Node "
+                         f"{node_name!r}; `rackctl collect kubernetes` takes a report only from the Node it names; "
+                         "nothing published", field="--hostname",
+                         hint="leave --hostname out (the report then names the Node), or pass the Node's name")
     body = merge_patch(report)
     try:
         api.patch_node(node_name, body)
@@ -57,8 +86,9 @@ def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
-        hint = {403: "the agent's ServiceAccount needs get and patch on nodes (see "
-                     "examples/kubernetes/discover-daemonset.yaml)",
+        hint = {403: "the agent's ServiceAccount needs patch on nodes (examples/kubernetes/discover-daemonset.yaml), "
+                     "and the admission policy lets it change only its own Node's report annotation "
+                     "(examples/kubernetes/discover-admission-policy.yaml)",
                 404: "pass the Kubernetes Node name with --node-name or NODE_NAME"}.get(status)
         raise RackctlError(f"could not annotate Node {node_name}: {why}", hint=hint) from None
     return body
@@ -66,8 +96,9 @@ def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str
 
 def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """Read the report annotation of every Node dict (API JSON form). Returns (valid reports,
-    problems): a Node without the annotation, a garbled or invalid annotation, or a host reported
-    by two Nodes is one problem line naming the node, never an exception."""
+    problems): a Node without the annotation, a garbled or invalid annotation, a report naming
+    another host than its Node, or a host reported by two Nodes is one problem line naming the
+    node, never an exception."""
     reports, problems = [], []
     owner: dict[str, str] = {}
     for obj in node_objects:
@@ -91,14 +122,20 @@ def node_name(obj: Any) -> str:
     return name if isinstance(name, str) and name else "<unnamed>"
 
 
-def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """(report, None) or (None, problem) for one Node dict."""
-    name = node_name(obj)
+def carries_report(obj: Any) -> bool:
+    """Whether Node dict ``obj`` has the report annotation at all (valid or not)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
-    annotations = (meta or {}).get("annotations") or {}
-    if not isinstance(annotations, dict) or ANNOTATION not in annotations:
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return isinstance(annotations, dict) and ANNOTATION in annotations
+
+
+def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(report, None) or (None, problem) for one Node dict. A report whose ``hostname`` is not
+    the Node's name is refused (see the module docstring)."""
+    name = node_name(obj)
+    if not carries_report(obj):
         return None, f"node {name}: no {ANNOTATION} annotation (is the rackctl agent running there?)"
-    text = annotations[ANNOTATION]
+    text = obj["metadata"]["annotations"][ANNOTATION]
     if not isinstance(text, str):
         return None, f"node {name}: annotation {ANNOTATION} is not a string"
     try:
@@ -112,6 +149,9 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
         check_node(report, file=f"node {name}", place=f"node {name}: annotation {ANNOTATION}")
     except InputError as exc:
         return None, f"node {name}: annotation {ANNOTATION} is not a valid NodeReport: {exc}"
+    if report["hostname"] != name:
+        return None, (f"node {name}: annotation {ANNOTATION} names host {report['hostname']!r}, not this Node; "
+                      "refused (a Node's report must name that Node)")
     return report, None
 
 
