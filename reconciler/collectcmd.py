@@ -17,6 +17,8 @@ from .inventory.store import write_inventory
 
 COLLECT_SLURM_HELP = """\
 Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
+A task speaks for the node srun says it ran on (srun --verbose) and for no other: one whose
+output names another node, or that srun names no node for, is refused and listed as a failure.
 A progress bar of the reports received (on a terminal; --no-progress hides it) and a summary of
 per-node failures go to standard error.
 

@@ -64,7 +64,7 @@ from .store import check_node
 MARKER = "rackctl-node: "
 # srun's label: the task number right-aligned with spaces, a colon and a space (ASCII digits
 # only: \d would take other scripts' digits too).
-_LABEL = re.compile(r"^ *([0-9]+): ?(.*)$", re.DOTALL)
+_LABEL = re.compile(r"^ *([0-9]+): ?(.*)$")
 # srun's own stderr lines, anchored at the start so that no task's (labelled) line can match:
 # failed tasks, "srun: error: node07: task 6: Exited with exit code 1" (several tasks on one
 # node: "tasks 4-5"), and with --verbose where each task was launched, "srun: launching
