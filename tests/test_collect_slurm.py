@@ -2,11 +2,16 @@
 
 The fake srun checks the flags rackctl passes (one task per node, --label, --kill-on-bad-exit=0),
 expands --nodelist, and for each node runs the command it was given (``sh -c SCRIPT``) with
-``SLURMD_NODENAME`` set, as slurmd would. The agent it runs is a fake ``rackctl`` (``--agent``)
-that prints a NodeReport built with tests/nodereports.py, or misbehaves per node as told by
-``FAKE_AGENT_PLAN``. Output lines are labelled ``"%*d: "`` like srun(1) --label and interleaved
-across tasks; failed tasks are reported on stderr as ``srun: error: NODE: task N: Exited with
-exit code C``.
+``SLURMD_NODENAME`` set, as slurmd would. With --verbose it says on its stderr where it launched
+each task (``srun: launching StepId=4242.0 on host NODE, 1 tasks: T``, as libslurm's
+step_launch.c prints it). The agent it runs is a fake ``rackctl`` (``--agent``) that prints a
+NodeReport built with tests/nodereports.py, or misbehaves per node as told by
+``FAKE_AGENT_PLAN``. Each task's stdout and stderr are split at ``\n`` only and labelled
+``"%*d: "`` like srun(1) --label; stdout lines are interleaved across tasks; failed tasks are
+reported on stderr as ``srun: error: NODE: task N: Exited with exit code C``. Knobs for the
+attacks: ``FAKE_SRUN_SILENT`` (nodes that print nothing), ``FAKE_SRUN_LIE`` (a node's task
+gets another node's name in its environment), ``FAKE_SRUN_REVERSED`` (tasks placed in reverse
+node order), ``FAKE_SRUN_QUIET`` (no launch lines).
 """
 
 from __future__ import annotations
