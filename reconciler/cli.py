@@ -25,6 +25,7 @@ from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
+from .untrusted import shown
 from .yamlsource import display_path, read_text
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -108,7 +109,8 @@ def _drop_stdout() -> None:
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    # Messages quote NodeReports, scontrol and API servers: each line is made inert for the terminal.
+    print("error: " + "\n".join(map(shown, message.split("\n"))), file=sys.stderr)
     fmt = getattr(args, "format", None)
     if fmt in ("json", "yaml"):
         # --format json|yaml promises exactly one document on stdout, even on failure.
@@ -514,7 +516,7 @@ def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:
     if note:
         print(note, file=sys.stderr)
     if done.vanished:
-        print(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}",
+        print(shown(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}"),
               file=sys.stderr)
     left = [c.address for c in pipeline.replan_kubernetes(run, kube).changes]
     if left:
@@ -608,8 +610,9 @@ def _busy_reslice(args: argparse.Namespace, run: pipeline.Run, busy: list[dict])
 def _print_pending(plan) -> None:
     pending = [s for s in plan.node_states if s["action"].startswith("pending-")]
     if pending:
-        print(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}" for s in pending[:10])
-              + (" ..." if len(pending) > 10 else ""))
+        print(shown(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}"
+                                                                             for s in pending[:10])
+                    + (" ..." if len(pending) > 10 else "")))
 
 
 def _confirm() -> bool:
