@@ -198,8 +198,8 @@ def _parser() -> argparse.ArgumentParser:
                            "asking: refused, nothing written, when the intent, inventory, live state or rackctl "
                            "version changed since it was made (it is stale after it is applied). As in Terraform, "
                            "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-                           "--force-conflicts, --prune-empty, --allow-destructive and --drain-first are refused "
-                           "with it")
+                           "--force-conflicts, --prune-empty and --drain-first are refused with it; a plan made "
+                           "with --allow-destructive that needs it is applied only with --allow-destructive again")
         else:
             c.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text",
                            help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -414,7 +414,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         recover_interrupted(args, intent, state)
         run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
         if saved is not None:
-            savedplan.check_current(saved, run.plan)
+            savedplan.check_current(saved, run.plan, confirmed_destructive=args.confirmed_destructive)
         return apply_run(args, run, kube, saved=saved)
 
 
@@ -469,9 +469,14 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
         print(f"Applying the saved plan {saved.name}: the intent, inventory and live state are as it recorded.")
     else:
         sys.stdout.write(report.render(plan, "text"))
-        if not args.auto_approve and not _confirm():
-            print("Apply cancelled; nothing written.", file=sys.stderr)
-            return EXIT_ERROR
+        if not args.auto_approve:
+            if not _confirm():
+                print("Apply cancelled; nothing written.", file=sys.stderr)
+                return EXIT_ERROR
+            # The prompt may have waited for hours: what it showed is read again before anything is written.
+            now = _compute(_intent(args), run.state, offline=args.offline, kube=kube,
+                           allow_destructive=args.allow_destructive)
+            savedplan.check_unmoved(plan, now.plan, (run.live, now.live), intent)
     if intent.slurm_enabled:
         _apply_slurm(args, run)
     if run.kube is not None and run.kube.read:
