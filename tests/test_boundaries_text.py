@@ -144,7 +144,8 @@ def test_a_megabyte_status_is_capped_in_every_human_view(tmp_path, capsys, monke
     assert line + "\\x1b" + "S" * (2047 - len(line)) + f"…(+{len(line) + 1 + 1024 * 1024 - 2048} chars)" in res.out
     res = _plan(capsys, intent, tmp_path, "--format", "markdown")  # each value at most 2,048
     assert res.rc == 2 and len(res.out) < 8_000, len(res.out)
-    assert f"| warning | `tray-fabric-incomplete` | {message}\\\\x1b{'S' * (2047 - len(message))}…(+{len(message) + 1 + 1024 * 1024 - 2048} chars) |" in res.out
+    cut = len(message) + 1 + 1024 * 1024 - 2048
+    assert f"| warning | `tray-fabric-incomplete` | {message}\\\\x1b{'S' * (2047 - len(message))}…(+{cut} chars) |" in res.out
     res = _plan(capsys, intent, tmp_path, "--format", "json")  # the data stays exact
     [message] = [d["message"] for d in json.loads(res.out)["diagnostics"] if d["code"] == "tray-fabric-incomplete"]
     assert message.endswith("fabric status \x1b" + "S" * (1024 * 1024))
@@ -215,7 +216,8 @@ def test_an_800_rack_markdown_plan_fits_a_comment_and_names_the_artifact(tmp_pat
     shown, total = (int(w) for w in heading.removeprefix("#### Slurm changes (first ").rstrip(")").split(" of "))
     assert total == len(full["changes"]) == 813 and 600 < shown < total
     rows = [x for x in lines if x.startswith("| + | `slurm/")]
-    assert len(rows) == shown and rows[0] == "| + | `slurm/file/topology.conf` | create | intent | file does not exist |"
+    assert len(rows) == shown
+    assert rows[0] == "| + | `slurm/file/topology.conf` | create | intent | file does not exist |"
     tokens = _md().parse(res.out)
     assert sum(t.type == "tr_open" for t in tokens) == shown + 1  # one valid table: its head and the rows
 
@@ -237,3 +239,19 @@ def test_a_small_markdown_plan_is_whole(tmp_path, capsys):
     assert run_main(capsys, "simulate", "--racks", 1, "--out", inventory, "--intent", intent).rc == 0
     res = run_main(capsys, "plan", "-f", intent, "--state-dir", tmp_path / "s", "--offline", "--format", "markdown")
     assert "[!NOTE]" not in res.out and "```diff" in res.out and "#### Diagnostics" in res.out
+
+
+def test_the_placement_proof_shows_what_sbatch_said_inert():
+    from reconciler import verify
+
+    row = verify.Row("train", "gb200-train", "slice", "sbatch --test-only -N 9", "fail", "sbatch: " + ATTACK,
+                     nodes=("gb-r02-n01\x1b(0\u202e",))
+    report = verify.Report("c1", "24.11.5", [row])
+    text = verify.render(report, "text")
+    assert not any(c in text for c in FORBIDDEN)
+    assert f"  FAIL          slice         gb-r02-n01\\x1b(0\\u202e: sbatch: {SHOWN}" in text.splitlines()
+    md = verify.render(report, "markdown")
+    assert not any(c in md for c in FORBIDDEN)
+    row = f"| FAIL | train | gb200-train | slice | `gb-r02-n01\\x1b(0\\u202e` | sbatch: {untrusted.markdown(ATTACK)} |"
+    assert row in md
+    assert not {t.type for t in _inline_tokens(md)} & {"link_open", "image", "html_inline"}
