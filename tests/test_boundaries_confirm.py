@@ -86,25 +86,25 @@ def test_a_planted_managed_file_is_refused(site, monkeypatch):
     assert planted.read_text() == "BlockName=evil Nodes=ALL\n"
 
 
-def test_an_intent_edited_while_the_prompt_waits_is_refused(site, monkeypatch):
-    text = site.intent.read_text().replace('maxTime: "1-00:00:00"', 'maxTime: "3-00:00:00"')
-    _answer_after(monkeypatch, lambda: site.intent.write_text(text))
+def _edit_intent(site: Site) -> Path:
+    site.intent.write_text(site.intent.read_text().replace('maxTime: "1-00:00:00"', 'maxTime: "3-00:00:00"'))
+    return site.intent
+
+
+def _drop_a_report(site: Site) -> Path:
+    sorted((site.intent.parent / "inventory").iterdir())[0].unlink()
+    return site.intent.parent / "inventory"
+
+
+@pytest.mark.parametrize("edit, what", [(_edit_intent, "the intent"), (_drop_a_report, "the inventory")])
+def test_an_input_edited_while_the_prompt_waits_is_refused(site, monkeypatch, edit, what):
+    edited: list[Path] = []
+    _answer_after(monkeypatch, lambda: edited.append(edit(site)))
     before = site.written()
     res = site.apply()
     assert res.rc == 1, res
-    assert res.err.startswith(f"error: the intent {site.intent} changed while apply waited for the answer; "
-                              "nothing was applied\n"), res
-    assert site.written() == before
-
-
-def test_an_inventory_edited_while_the_prompt_waits_is_refused(site, monkeypatch):
-    report = sorted((site.intent.parent / "inventory").iterdir())[0]
-    _answer_after(monkeypatch, report.unlink)
-    before = site.written()
-    res = site.apply()
-    assert res.rc == 1, res
-    assert res.err.startswith(f"error: the inventory {site.intent.parent / 'inventory'} changed while apply "
-                              "waited"), res
+    assert res.err == (f"error: {what} {edited[0]} changed while apply waited for the answer; nothing was applied\n"
+                       "  hint: run apply again and review the plan it shows now\n"), res
     assert site.written() == before
 
 
