@@ -13,7 +13,7 @@ import yaml
 from markdown_it import MarkdownIt
 
 from clihelp import ROOT, run_main
-from kubehelp import example_on, kube  # noqa: F401 (a fixture)
+from kubehelp import example_on
 from reconciler import report, untrusted
 from reconciler.reconcilecmd import EventLog
 from reporthelp import Page, evil_fleet
@@ -151,7 +151,7 @@ def test_a_megabyte_status_is_capped_in_every_human_view(tmp_path, capsys, monke
     assert message.endswith("fabric status \x1b" + "S" * (1024 * 1024))
 
 
-def test_an_api_server_error_reaches_the_terminal_inert(kube, tmp_path, capsys, monkeypatch):  # noqa: F811
+def test_an_api_server_error_reaches_the_terminal_inert(kube, tmp_path, capsys, monkeypatch):
     from kubernetes.client import ApiClient
     from kubernetes.client.exceptions import ApiException
 
@@ -172,7 +172,7 @@ def test_an_api_server_error_reaches_the_terminal_inert(kube, tmp_path, capsys, 
                                     "examples/kubernetes/reconciler-rbac.yaml)"]
 
 
-def test_a_node_label_value_from_the_api_server_is_shown_inert(kube, tmp_path, capsys):  # noqa: F811
+def test_a_node_label_value_from_the_api_server_is_shown_inert(kube, tmp_path, capsys):
     _, args = example_on(kube, tmp_path, **{"rackctl.dev/tier.train": "x\x1b[2J\u202e"})
     res = run_main(capsys, "plan", *args)
     assert res.rc == 2, res
