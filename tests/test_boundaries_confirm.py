@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from clihelp import MANAGED, config_dir_for, copy_example, run_main, snapshot
+from kubehelp import example_on, hosts_of, writes
+from reconciler.intent import load_intent
 
 
 class _Terminal:
@@ -114,3 +116,20 @@ def test_yes_with_nothing_moved_applies(site, monkeypatch):
     assert tty.asked == 1 and res.rc == 0, res
     assert "MaxTime=1-00:00:00" in (site.cfg / "rackctl.conf").read_text()
     assert sorted(p.name for p in site.cfg.iterdir()) == sorted(["slurm.conf", *MANAGED])
+
+
+def test_a_rackctl_label_changed_while_the_prompt_waits_is_refused(kube, tmp_path, capsys, monkeypatch):
+    from kubernetes import client
+
+    intent, args = example_on(kube, tmp_path)
+    node = hosts_of(load_intent(intent).inventory_path)[0]
+
+    def relabel():
+        client.CoreV1Api(kube.api_client()).patch_node(node, {"metadata": {"labels": {"rackctl.dev/cluster": "other"}}})
+
+    _answer_after(monkeypatch, relabel)
+    res = run_main(capsys, "apply", *args)
+    assert res.rc == 1, res
+    assert res.err == ("error: the Kubernetes live state changed while apply waited for the answer; nothing was "
+                       "applied\n  hint: run apply again and review the plan it shows now\n"), res
+    assert [w["path"] for w in writes(kube)] == [f"/api/v1/nodes/{node}"]  # the relabel, and nothing of rackctl's
