@@ -25,6 +25,7 @@ from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
 from .statedir import StateDir, default_state_dir
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
+from .untrusted import shown
 from .yamlsource import display_path, read_text
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -108,7 +109,8 @@ def _drop_stdout() -> None:
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    # Messages quote NodeReports, scontrol and API servers: each line is made inert for the terminal.
+    print("error: " + "\n".join(map(shown, message.split("\n"))), file=sys.stderr)
     fmt = getattr(args, "format", None)
     if fmt in ("json", "yaml"):
         # --format json|yaml promises exactly one document on stdout, even on failure.
@@ -197,8 +199,8 @@ def _parser() -> argparse.ArgumentParser:
                            "asking: refused, nothing written, when the intent, inventory, live state or rackctl "
                            "version changed since it was made (it is stale after it is applied). As in Terraform, "
                            "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-                           "--force-conflicts, --prune-empty, --allow-destructive and --drain-first are refused "
-                           "with it")
+                           "--force-conflicts, --prune-empty and --drain-first are refused with it; a plan made "
+                           "with --allow-destructive that needs it is applied only with --allow-destructive again")
         else:
             c.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text",
                            help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -405,7 +407,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         recover_interrupted(args, intent, state)
         run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
         if saved is not None:
-            savedplan.check_current(saved, run.plan)
+            savedplan.check_current(saved, run.plan, confirmed_destructive=args.confirmed_destructive)
         return apply_run(args, run, kube, saved=saved)
 
 
@@ -460,9 +462,14 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
         print(f"Applying the saved plan {saved.name}: the intent, inventory and live state are as it recorded.")
     else:
         sys.stdout.write(report.render(plan, "text"))
-        if not args.auto_approve and not _confirm():
-            print("Apply cancelled; nothing written.", file=sys.stderr)
-            return EXIT_ERROR
+        if not args.auto_approve:
+            if not _confirm():
+                print("Apply cancelled; nothing written.", file=sys.stderr)
+                return EXIT_ERROR
+            # The prompt may have waited for hours: what it showed is read again before anything is written.
+            now = _compute(_intent(args), run.state, offline=args.offline, kube=kube,
+                           allow_destructive=args.allow_destructive)
+            savedplan.check_unmoved(plan, now.plan, (run.live, now.live), intent)
     if intent.slurm_enabled:
         _apply_slurm(args, run)
     if run.kube is not None and run.kube.read:
@@ -507,7 +514,7 @@ def _apply_kubernetes(run: pipeline.Run, kube: kubesync.KubeOptions) -> None:
     if note:
         print(note, file=sys.stderr)
     if done.vanished:
-        print(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}",
+        print(shown(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}"),
               file=sys.stderr)
     left = [c.address for c in pipeline.replan_kubernetes(run, kube).changes]
     if left:
@@ -601,8 +608,9 @@ def _busy_reslice(args: argparse.Namespace, run: pipeline.Run, busy: list[dict])
 def _print_pending(plan) -> None:
     pending = [s for s in plan.node_states if s["action"].startswith("pending-")]
     if pending:
-        print(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}" for s in pending[:10])
-              + (" ..." if len(pending) > 10 else ""))
+        print(shown(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}"
+                                                                             for s in pending[:10])
+                    + (" ..." if len(pending) > 10 else "")))
 
 
 def _confirm() -> bool:

@@ -14,6 +14,7 @@ from . import hostlist, outputs, progress
 from .errors import InputError, RackctlError
 from .inventory import k8s_reports, labels, slurm_collect
 from .inventory.store import write_inventory
+from .untrusted import shown
 
 COLLECT_SLURM_HELP = """\
 Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
@@ -101,7 +102,7 @@ def cmd_collect_slurm(args: argparse.Namespace) -> int:
     if failed:
         print(f"warning: {len(failed)} node(s) did not report "
               f"({hostlist.compress(_hosts(result.failures))}):", file=sys.stderr)
-        print("\n".join(failed), file=sys.stderr)
+        print("\n".join(map(shown, failed)), file=sys.stderr)  # srun's and the agents' words, inert
     return 0
 
 
@@ -146,9 +147,9 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
             seen[report["hostname"]] = node
             nodes.append(report)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(shown(f"note: {note}"), file=sys.stderr)
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(shown(f"warning: {warning}"), file=sys.stderr)
     if not nodes:
         raise RackctlError(f"no node reported ({len(objects)} Node(s) listed); nothing written\n" +
                            "\n".join(missing[:50]) + (f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""))
@@ -156,7 +157,7 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
     print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
     if missing:
         print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
-        print("\n".join(missing), file=sys.stderr)
+        print("\n".join(map(shown, missing)), file=sys.stderr)
     return 0
 
 
@@ -190,7 +191,7 @@ def inventory_from_nodes(args: argparse.Namespace) -> int:
         raise InputError("no Node with GPUs (nvidia.com/gpu.count, nvidia.com/gpu.clique, Topograph domain "
                          "or nvidia.com/gpu capacity); nothing written", file=name)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(shown(f"note: {note}"), file=sys.stderr)
     written = write_reports(nodes, args)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return 0

@@ -4,8 +4,10 @@ Every rack is a column of its trays, coloured by slice, labelled with host and t
 when missing, drained, pending or drifted; beside it the plan: its summary line, the trays to look
 at, drift, the changes and the diagnostics (the same data as the JSON plan; file diffs stay in
 ``rackctl plan``). Inline CSS only: no script, font, image or any other URL, and a
-Content-Security-Policy that would block them. Every text is escaped (jinja2 autoescape): host
-names, reasons and messages come from the inventory and the targets.
+Content-Security-Policy that would block them. Every text is escaped (jinja2 autoescape; no
+``|safe`` or ``Markup`` anywhere) and made inert and capped line by line (``untrusted.shown``, the
+environment's ``finalize``): host names, reasons and messages come from the inventory and the
+targets.
 
 Cost: linear in trays, changes and diagnostics. A tray is one ``<li>`` of about 55 bytes
 (host, tiers, a class naming its slice colour and state; a ``title`` only on marked trays), about
@@ -24,6 +26,7 @@ from . import __version__
 from .plan import Plan
 from .rackview import HEALTHY, FleetView, RackView, TrayView
 from .report import summary_line
+from .untrusted import shown
 
 #: Slice colours in the palette (the n-th slice of a rack takes colour n modulo this).
 COLOURS = 8
@@ -58,4 +61,10 @@ def _tray_class(rack: RackView, tray: TrayView) -> str:
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.PackageLoader("reconciler", "templates"),
                               autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True)
+                              lstrip_blocks=True, keep_trailing_newline=True, finalize=_inert)
+
+
+def _inert(value: object) -> object:
+    """What a ``{{ }}`` shows, before autoescape: text through ``shown`` (a tray's notes are
+    separate values, one tooltip line each), anything else as it is."""
+    return shown(value) if isinstance(value, str) else value

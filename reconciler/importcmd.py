@@ -22,6 +22,7 @@ from .diagnostics import INFO, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
 from .inventory.store import load_inventory
+from .untrusted import shown
 
 IMPORT_HELP = """\
 Writes an intent that reproduces a running cluster's Slurm topology and partitions, so that the
@@ -87,9 +88,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = adopt(draft, fabric, out, paths)
     atomic_write(out, result.text.encode())
     for d in result.findings:
-        print(f"{'note' if d.severity == INFO else 'warning'}: {d.message}", file=sys.stderr)
+        print(shown(f"{'note' if d.severity == INFO else 'warning'}: {d.message}"), file=sys.stderr)
     for d in result.first_plan:
-        print(f"first plan: {d.message}", file=sys.stderr)
+        print(shown(f"first plan: {d.message}"), file=sys.stderr)
     changes = sum(d.severity != INFO for d in result.first_plan)
     print(f"Wrote {args.out}: cluster {draft.name}, {len(draft.racks)} rack(s), {len(draft.tiers)} tier(s), "
           f"maxJobSpan {result.span}. Its first plan against {args.slurm_config_dir} "

@@ -36,6 +36,12 @@ DEFAULT_DRAIN_AFTER_PASSES = 2  # a flapping link must not drain a tray on one b
 DEFAULT_MAX_REMOVED_SHARE = 0.1
 DEFAULT_MAX_DRAINED_SHARE = 0.1
 DEFAULT_RESUME_AFTER_S = 15 * 60  # switch/nvidia_imex imex_channel_count default
+#: Names Slurm gives a meaning of its own, in any case (slurmctld compares them without case), by
+#: (what the intent names, the name upper-cased): what the name means to Slurm. A partition or a
+#: host so named would change other partitions or nodes, or stand for every node of the cluster.
+SLURM_RESERVED = {("partition", "DEFAULT"): "PartitionName=DEFAULT sets the defaults of the partitions after it",
+                  ("host", "DEFAULT"): "NodeName=DEFAULT sets the defaults of the nodes after it",
+                  ("host", "ALL"): "Nodes=ALL means every node of the cluster"}
 
 
 @dataclass(frozen=True)
@@ -278,6 +284,8 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
             raise smap.error(("policy", "blastRadius", key), f"{blast[key]} is not a number; expected a share "
                              "above 0, at most 1 (0.1 = 10% of the trays)")
 
+    targets = data.get("targets")
+    slurm_enabled = targets is None or "slurm" in targets
     racks: list[Rack] = []
     seen_racks: dict[str, int] = {}
     for i, r in enumerate(data["racks"]):
@@ -289,7 +297,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         kind, value = next(iter(r["select"].items()))
         trays = r.get("trays", default_trays)
         if kind == "hosts":
-            hosts = _expand(smap, where + ("select", "hosts"), value)
+            hosts = _expand(smap, where + ("select", "hosts"), value, slurm_enabled)
             if len(hosts) > trays:  # at once: thirty racks of a million hosts each take minutes
                 raise smap.error(where + ("select", "hosts"), f"rack {r['name']} selects {len(hosts)} hosts; "
                                  f"it has {trays} trays")
@@ -297,7 +305,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
             value = value.lower()
         slicing_data = r.get("slicing", default_slicing)
         slicing_path = where + ("slicing",) if "slicing" in r else ("defaults", "slicing")
-        slicing = _slicing(r["name"], slicing_data, trays, tiers_data, smap, slicing_path)
+        slicing = _slicing(r["name"], slicing_data, trays, tiers_data, smap, slicing_path, slurm_enabled)
         racks.append(Rack(r["name"], kind, value, trays, slicing, i))
 
     slurm_data = data.get("targets", {}).get("slurm", {})
@@ -325,8 +333,6 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         raise smap.error(("targets", "slurm", "includeFile"), "slurm.conf is the site's file and rackctl never "
                          "writes it; expected the name of a file that slurm.conf includes, e.g. rackctl.conf")
 
-    targets = data.get("targets")
-    slurm_enabled = targets is None or "slurm" in targets
     kube_data = (targets or {}).get("kubernetes")
     kubernetes = None if kube_data is None else KubernetesTarget(
         topology_name=kube_data.get("kueue", {}).get("topologyName", data["metadata"]["name"]),
@@ -375,7 +381,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
 
 
 def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str, Any]],
-             smap: SourceMap, where: tuple) -> Slicing:
+             smap: SourceMap, where: tuple, slurm: bool) -> Slicing:
     mode = s["mode"]
     if mode == "whole":
         return Slicing("whole", 1)
@@ -384,7 +390,7 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
         owner: dict[str, str] = {}
         sizes = set()
         for name, hl in explicit:
-            hosts = _expand(smap, where + ("slices", name), hl)
+            hosts = _expand(smap, where + ("slices", name), hl, slurm)
             if len(owner) + len(hosts) > trays:  # checked slice by slice: each may name a million hosts
                 raise smap.error(where + ("slices",), f"explicit slices of rack {rack} hold more than {trays} "
                                  f"trays (slice {name!r} names {len(hosts)}); the rack has {trays}")
@@ -413,12 +419,25 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
     return Slicing(mode, count)
 
 
-def _expand(smap: SourceMap, where: tuple, text: str) -> list[str]:
-    """``hostlist.expand`` whose errors name the intent file, line and field."""
+def _expand(smap: SourceMap, where: tuple, text: str, slurm: bool) -> list[str]:
+    """``hostlist.expand`` whose errors name the intent file, line and field; ``slurm``: the
+    Slurm target is on, so a host Slurm reserves (``SLURM_RESERVED``) is refused too."""
     try:
-        return hostlist.expand(text)
+        hosts = hostlist.expand(text)
     except InputError as exc:
         raise smap.error(where, exc.message, hint=exc.hint) from None
+    if slurm:
+        for h in hosts:
+            _refuse_reserved(smap, where, "host", h)
+    return hosts
+
+
+def _refuse_reserved(smap: SourceMap, where: tuple, kind: str, name: str) -> None:
+    """Raise ``InputError`` at ``where`` when Slurm reserves ``name`` for a ``kind`` (any case)."""
+    meaning = SLURM_RESERVED.get((kind, name.upper()))
+    if meaning is not None:
+        raise smap.error(where, f"{kind} name {name!r} is reserved by Slurm, in any case: {meaning}; expected "
+                         "another name")
 
 
 def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap, slurm_enabled: bool) -> list[Tier]:
@@ -437,6 +456,8 @@ def _tiers(tiers_data: list[dict[str, Any]], smap: SourceMap, slurm_enabled: boo
         if t["name"] in names:
             raise smap.error(("tiers", i, "name"), f"duplicate tier name {t['name']!r} (first at tiers[{names[t['name']]}])")
         names[t["name"]] = i
+        if slurm_enabled:
+            _refuse_reserved(smap, ("tiers", i, "slurm", "partition"), "partition", s["partition"])
         if s["partition"] in partitions:
             raise smap.error(("tiers", i, "slurm", "partition"), f"partition {s['partition']!r} is already "
                              f"used by tiers[{partitions[s['partition']]}]; one tier renders one partition")

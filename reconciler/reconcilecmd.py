@@ -36,6 +36,7 @@ from . import gcpause, history, kubesync, leaselock, outputs, pipeline, report
 from .errors import InputError, RackctlError
 from .intent import Intent, duration_s, load_intent
 from .statedir import StateDir, default_state_dir
+from .untrusted import shown
 
 EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
 MODES = history.MODES
@@ -327,7 +328,9 @@ class EventLog:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str) and value and not any(c.isspace() or c in "\"=" for c in value):
+    """A field's value in a text event line: a word as it is, anything else (spaces, quotes, an
+    ``=``, a character that is not printable such as ESC) as JSON, which escapes it."""
+    if isinstance(value, str) and value.isprintable() and value and not any(c.isspace() or c in "\"=" for c in value):
         return value
     return json.dumps(value, separators=(",", ":"))
 
@@ -466,7 +469,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         changes = " ".join(f"{k}:{n}" for k, n in e["changes"].items()) or "-"
         digest = (e["intent_digest"] or "-").removeprefix("sha256:")[:12]
         rows.append((e["start"], f"{e['duration_s']:.2f}s", e["mode"], e["result"], changes, str(e["drift"]),
-                     digest, " ".join((e["error"] or "").split())))
+                     digest, shown(" ".join((e["error"] or "").split()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]).rstrip())

@@ -1,8 +1,16 @@
 """Human views of a plan (text for terminals, markdown for pull requests), rendered from the
-same data as the JSON plan."""
+same data as the JSON plan.
+
+Host names, reasons, messages and diffs hold text from the inventory and the live targets: each
+view passes what it shows through ``untrusted`` where it assembles its output (the text view
+each line, the markdown view each value), so no control character, escape sequence or markup
+from outside reaches a terminal or a pull-request comment. The markdown view fits one GitHub
+comment (``MAX_MARKDOWN_BYTES``); a longer plan is cut to its summary and the first changes of
+each target, with a pointer to the full JSON plan."""
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -10,11 +18,18 @@ import yaml
 
 from .diagnostics import ERROR, INFO, WARNING
 from .plan import Plan
+from .untrusted import code_span, fence, markdown, shown
 
 MAX_DIFF_LINES = 200
 MAX_SCRIPT_DIFF_LINES = 12
 _MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~",
          "taint": "!", "cordon": "!", "untaint": "+", "uncordon": "+"}
+#: The largest markdown plan (UTF-8 bytes): GitHub takes a comment of at most 65,536 characters.
+#: The plan workflow (.github/workflows/rackctl-plan.yml) posts plan.md as it is (adds nothing);
+#: 1,024 are left for text a caller puts around it.
+MAX_MARKDOWN_BYTES = 65_536 - 1_024
+#: Where the full JSON plan of a cut markdown plan is: the plan workflow's artifact and file.
+PLAN_ARTIFACT, PLAN_ARTIFACT_FILE = "rackctl-plan", "plan.json"
 #: How many per-Node label changes the human views list one by one (the JSON plan has all).
 MAX_NODE_LINES = 50
 _NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
@@ -141,7 +156,7 @@ def _kube_text(plan: Plan) -> list[str]:
             out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
             out += ["      " + line for line in _shown_diff(c.diff)]
     for c in nodes[:MAX_NODE_LINES]:
-        out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {_oneline(c.reason)}")
+        out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
     if len(nodes) > MAX_NODE_LINES:
         out.append(f"  ... {len(nodes) - MAX_NODE_LINES} more Node change(s) (the JSON plan has them all)")
     return out + [""]
@@ -169,8 +184,7 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Node states:")
         for s in plan.node_states:
             note = f" [{s['note']}]" if s.get("note") else ""
-            out.append(f"  {_node_action(plan, s['action'])}: {s['node']} (slice {s['slice']}): {_oneline(s['reason'])}"
-                       f"{_oneline(note)}")
+            out.append(f"  {_node_action(plan, s['action'])}: {s['node']} (slice {s['slice']}): {s['reason']}{note}")
         out.append("")
     for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
         items = [d for d in plan.diagnostics if d.severity == sev and d.code != "node-drain"]
@@ -179,16 +193,11 @@ def _text(plan: Plan, command: str) -> str:
             out += [f"  {sev}: [{d.code}] {d.message}" for d in items]
             out.append("")
     out.append(summary_line(plan))
-    return "\n".join(out) + "\n"
+    return "\n".join(map(shown, out)) + "\n"  # each line inert: reasons and diffs come from outside
 
 
 def _node_action(plan: Plan, action: str) -> str:
     return (_NODE_ACTION if plan.target is not None else _KUBE_NODE_ACTION)[action]
-
-
-def _oneline(text: str) -> str:
-    # Reasons and user names come from the controller: nothing in them may break a plan line.
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _controller_text(plan: Plan) -> list[str]:
@@ -200,11 +209,11 @@ def _controller_text(plan: Plan) -> list[str]:
                                                     else "files written, NOT loaded")]
     out += [f"  ! {why}" for why in view.not_loaded]
     for b in view.busy:
-        who = f" (users {_oneline(', '.join(b['users']))})" if plan.show_users else ""
+        who = f" (users {', '.join(b['users'])})" if plan.show_users else ""
         out.append(f"  ! busy: {b['node']} runs job(s) {', '.join(map(str, b['jobs']))}{who}; block "
                    f"{b['from'] or '(none)'} -> {b['to'] or '(none)'}")
     for b in view.blocks:
-        bits = [f"{len(b['drained'])} drained ({_oneline(', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained']))})"
+        bits = [f"{len(b['drained'])} drained ({', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained'])})"
                 if b["drained"] else "",
                 f"{len(b['down'])} down ({', '.join(d['node'] for d in b['down'])})" if b["down"] else "",
                 f"{b['allocated']} allocated" if b["allocated"] else ""]
@@ -215,32 +224,86 @@ def _controller_text(plan: Plan) -> list[str]:
 
 
 def _markdown(plan: Plan, command: str) -> str:
-    out = [f"### rackctl {command}: `{plan.cluster}`", "", _targets(plan), "", f"**{summary_line(plan)}**", ""]
-    out += [f"> [!WARNING]\n> Inventory: {d.message}\n" for d in plan.stale_inventory]
+    """The plan for a pull request: every value from the plan escaped (``untrusted``); cut to
+    ``_markdown_cut`` when it would not fit one comment."""
+    head = [f"### rackctl {command}: {code_span(plan.cluster)}", "", markdown(_targets(plan)), "",
+            f"**{markdown(summary_line(plan))}**", ""]
+    head += [f"> [!WARNING]\n> Inventory: {markdown(d.message)}\n" for d in plan.stale_inventory]
+    out = list(head)
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
-        out += [f"| `{d['address']}` | {d['detail']} |" for d in plan.drift]
+        out += [f"| {code_span(d['address'])} | {markdown(d['detail'])} |" for d in plan.drift]
         out.append("")
     if plan.resource_changes or plan.file_changes:
-        out += ["#### Changes", "", "| | address | action | cause | reason |", "|---|---|---|---|---|"]
-        for c in plan.resource_changes + plan.file_changes:
-            out.append(f"| {_MARK[c.action]} | `{c.address}` | {c.action} | {c.cause} | {c.reason} |")
+        out += ["#### Changes", "", _CHANGE_HEADER, _CHANGE_RULE]
+        out += [_change_row(c) for c in plan.resource_changes + plan.file_changes]
         out.append("")
         for c in plan.file_changes:
-            out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_file_diff(c), "```",
+            out += [f"<details><summary>{html.escape(c.address)}</summary>", "", *fence(_file_diff(c), "diff"),
                     "", "</details>", ""]
     if plan.kubernetes_changes:
-        out += ["#### Kubernetes", "", "```"] + _kube_text(plan)[1:-1] + ["```", ""]
+        out += ["#### Kubernetes", "", *fence(_kube_text(plan)[1:-1]), ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
-        out += [f"| `{s['node']}` | {_node_action(plan, s['action'])} | {s['reason']} | {s.get('note', '')} |"
-                for s in plan.node_states]
+        out += [f"| {code_span(s['node'])} | {_node_action(plan, s['action'])} | {markdown(s['reason'])} | "
+                f"{markdown(s.get('note', ''))} |" for s in plan.node_states]
         out.append("")
     if plan.controller is not None:
-        out += ["#### Controller", ""] + [f"    {line}" for line in _controller_text(plan)[1:]]
+        out += ["#### Controller", "", *fence(_controller_text(plan)[:-1]), ""]
     diags = [d for d in plan.diagnostics if d.code != "node-drain"]
     if diags:
         out += ["#### Diagnostics", "", "| severity | code | message |", "|---|---|---|"]
-        out += [f"| {d.severity} | `{d.code}` | {d.message} |" for d in diags]
+        out += [_diagnostic_row(d) for d in diags]
         out.append("")
+    text = "\n".join(out)
+    return text if len(text.encode()) <= MAX_MARKDOWN_BYTES else _markdown_cut(plan, head, len(text))
+
+
+_CHANGE_HEADER, _CHANGE_RULE = "| | address | action | cause | reason |", "|---|---|---|---|---|"
+
+
+def _change_row(c) -> str:
+    return f"| {_MARK[c.action]} | {code_span(c.address)} | {c.action} | {c.cause} | {markdown(c.reason)} |"
+
+
+def _diagnostic_row(d) -> str:
+    return f"| {d.severity} | {code_span(d.code)} | {markdown(d.message)} |"
+
+
+def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
+    """A plan too long for one comment: ``head`` (title, targets, summary line, inventory
+    warnings), a note naming the full JSON plan's artifact, then the error diagnostics and the
+    first changes of each target, one row of each in turn while they fit, so that every target
+    shows its first changes. At most ``MAX_MARKDOWN_BYTES`` bytes (UTF-8; GitHub counts
+    characters, never more than bytes)."""
+    groups = [("Errors", "| severity | code | message |", "|---|---|---|",
+               [_diagnostic_row(d) for d in plan.diagnostics if d.severity == ERROR]),
+              ("Slurm changes", _CHANGE_HEADER, _CHANGE_RULE,
+               [_change_row(c) for c in plan.file_changes + plan.resource_changes + plan.controller_changes
+                + plan.node_changes]),
+              ("Kubernetes changes", _CHANGE_HEADER, _CHANGE_RULE, [_change_row(c) for c in plan.kubernetes_changes])]
+    groups = [g for g in groups if g[3]]
+    note = (f"> [!NOTE]\n> This plan is {full:,} bytes of markdown, more than one pull-request comment holds: shown "
+            "are its summary, its errors and the first changes of each target. The full plan is the JSON plan, "
+            f"the file `{PLAN_ARTIFACT_FILE}` of this workflow run's artifact `{PLAN_ARTIFACT}` "
+            "(`rackctl plan --out FILE` writes it).\n")
+    # The heading and the table head of each group, with the line saying how many it shows.
+    fixed = "\n".join(head + [note]) + "".join(f"\n#### {g[0]} (first {len(g[3])} of {len(g[3])})\n\n{g[1]}\n{g[2]}\n"
+                                                for g in groups)
+    budget = MAX_MARKDOWN_BYTES - len(fixed.encode())
+    taken: list[list[str]] = [[] for _ in groups]
+    open_ = list(range(len(groups)))
+    depth = 0
+    while open_:
+        still = []
+        for i in open_:
+            rows = groups[i][3]
+            if depth < len(rows) and len(rows[depth].encode()) + 1 <= budget:
+                budget -= len(rows[depth].encode()) + 1
+                taken[i].append(rows[depth])
+                still.append(i)
+        open_, depth = still, depth + 1
+    out = head + [note]
+    for (title, header, rule, rows), shown_rows in zip(groups, taken):
+        out += [f"#### {title} (first {len(shown_rows)} of {len(rows)})", "", header, rule, *shown_rows, ""]
     return "\n".join(out)

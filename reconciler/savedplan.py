@@ -14,12 +14,18 @@ and a plan made from a live snapshot (``plan --live-snapshot``: a review copy).
 
 As in Terraform, a saved plan carries its planning settings (``provenance.planned_with``):
 ``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts``, ``--prune-empty`` and
-``--allow-destructive`` come from the plan and are refused beside ``--plan``, as is ``--drain-first``
-(which would apply something else). A plan above ``policy.blastRadius`` made without
-``--allow-destructive`` has an error and is refused; one made with it is applied as reviewed.
+``--allow-destructive`` come from the plan; the first four are refused beside ``--plan``, as is
+``--drain-first`` (which would apply something else). A plan above ``policy.blastRadius`` made
+without ``--allow-destructive`` has an error and is refused. One made with it is applied only
+when ``--allow-destructive`` is given again at apply (``check_destructive``): the digests inside a
+plan file stop accidents, not someone who can edit the file, so the one who applies says so
+again rather than trusting a flag recorded in it.
 How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
 the apply-time switches (``--no-reload``, ``--allow-stale-inventory``) stay the caller's: plan and
 apply may run with different credentials; the digests prove they saw the same state.
+
+``check_unmoved`` is the same guard for a plain ``apply`` that asked for "yes": what was shown is
+computed again after the answer, and a file edited while the prompt waited is refused.
 
 A refusal writes nothing. What the plan file and the intent alone show is refused before the
 apply lock is taken (``check_settings``); the digests need the live state, read under the lock so
@@ -43,19 +49,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__, schemas
+from . import __version__, blastradius, schemas
 from .errors import InputError, RackctlError
 from .intent import Intent, load_intent
 from .plan import Plan
-from .provenance import NOT_READ, Provenance, resolve
+from .provenance import INPUTS, NOT_READ, Provenance, resolve
+from .targets.slurm import LiveSlurm
 from .yamlsource import display_path, read_json_object
 
 #: ``apply`` options that would change what is planned, by ``argparse`` dest: a saved plan
 #: brings its own settings, so these are refused beside ``--plan``.
 PLANNING_OPTIONS = (("inventory", "--inventory"), ("slurm_config_dir", "--slurm-config-dir"),
                     ("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
-                    ("prune_empty", "--prune-empty"), ("allow_destructive", "--allow-destructive"),
-                    ("drain_first", "--drain-first"))
+                    ("prune_empty", "--prune-empty"), ("drain_first", "--drain-first"))
 #: Largest plan file read (bytes): a fleet's plan holds whole diffs of its topology and IMEX maps.
 MAX_PLAN_BYTES = 1024 * 1024 * 1024
 AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply that file"
@@ -76,10 +82,12 @@ class SavedPlan:
 def load_for_apply(args: argparse.Namespace) -> SavedPlan:
     """Read the saved plan ``args.plan`` for ``apply`` and set the planning options on ``args``
     from it: ``inventory`` and ``slurm_config_dir`` (absolute paths, found from the intent file
-    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``, ``allow_destructive``.
+    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``, ``allow_destructive``; and
+    ``confirmed_destructive``: whether ``--allow-destructive`` was given again (``check_destructive``).
 
-    Raises ``InputError`` for a planning option given beside ``--plan`` (``PLANNING_OPTIONS``) and
-    for a plan file that cannot be applied (see ``read``)."""
+    Raises ``InputError`` for a planning option given beside ``--plan`` (``PLANNING_OPTIONS``),
+    for a plan file that cannot be applied (see ``read``) and for a plan that needs
+    ``--allow-destructive`` again."""
     for dest, flag in PLANNING_OPTIONS:
         if getattr(args, dest) not in (None, False):
             hint = ("--drain-first is an apply of its own: run `rackctl apply --drain-first` without --plan"
@@ -91,8 +99,23 @@ def load_for_apply(args: argparse.Namespace) -> SavedPlan:
     args.inventory = str(resolve(made.inventory, Path(args.file)))
     args.slurm_config_dir = str(resolve(made.slurm_config_dir, Path(args.file))) if made.slurm_config_dir else None
     args.offline, args.force_conflicts, args.prune_empty = made.offline, made.force_conflicts, made.prune_empty
+    args.confirmed_destructive = args.allow_destructive
+    check_destructive(saved.name, made.allow_destructive, saved.codes, confirmed=args.confirmed_destructive)
     args.allow_destructive = made.allow_destructive
     return saved
+
+
+def check_destructive(name: str, made_with: bool, codes: frozenset[str] | set[str], *, confirmed: bool) -> None:
+    """Refuse a saved plan ``name`` that was made with ``--allow-destructive`` (``made_with``) and
+    needs it (its diagnostic ``codes`` hold ``blastradius.CODE``: it removes or drains more than
+    ``policy.blastRadius`` allows) unless ``--allow-destructive`` is given again (``confirmed``).
+    Checked on the plan file before anything is read, and on the plan computed again under the
+    lock (an edited file may have dropped the diagnostic). Raises ``InputError``."""
+    if made_with and blastradius.CODE in codes and not confirmed:
+        raise InputError(f"the saved plan {name} removes or drains more of the fleet than policy.blastRadius "
+                         "allows; it was made with --allow-destructive, and applying it needs --allow-destructive "
+                         "again; nothing was applied", field="--allow-destructive",
+                         hint="review the plan's blast-radius warning, then apply it with --allow-destructive")
 
 
 def read(name: str) -> SavedPlan:
@@ -170,20 +193,56 @@ def _refuse_other_cluster(saved: SavedPlan, cluster: str) -> None:
                            f"{cluster!r}; nothing was applied", hint=AGAIN)
 
 
-def check_current(saved: SavedPlan, plan: Plan) -> None:
+def check_current(saved: SavedPlan, plan: Plan, *, confirmed_destructive: bool) -> None:
     """Refuse unless ``plan``, computed now, is what ``saved`` recorded: every digest of its
-    inputs equal, then every change equal. Raises ``RackctlError`` naming what differs."""
+    inputs equal, then every change equal; and, when it needs ``--allow-destructive``, that it
+    was given again (``confirmed_destructive``). Raises ``RackctlError`` naming what differs."""
     _refuse_other_cluster(saved, plan.cluster)
     stale = saved.provenance.changed(plan.provenance)
     if stale:
         raise RackctlError(f"the saved plan {saved.name} is stale: {'; '.join(stale)}; nothing was applied",
                            hint=AGAIN)
-    now = [c.to_json() for c in plan.changes]
-    if now != saved.changes:
-        first = next((i for i, (a, b) in enumerate(zip(saved.changes, now)) if a != b),
-                     min(len(now), len(saved.changes)))
-        at = (saved.changes if first < len(saved.changes) else now)[first]["address"]
+    at = _first_difference(saved.changes, [c.to_json() for c in plan.changes])
+    if at is not None:
         raise RackctlError(f"the saved plan {saved.name} does not hold what apply would do now: {len(saved.changes)} "
-                           f"change(s) saved, {len(now)} now, first difference at {at}; nothing was applied",
+                           f"change(s) saved, {len(plan.changes)} now, first difference at {at}; nothing was applied",
                            hint="the plan file was edited, or rackctl's records in the state dir moved (the last "
                            "apply, drain damping); " + AGAIN)
+    check_destructive(saved.name, plan.provenance.planned_with.allow_destructive,
+                      {d.code for d in plan.diagnostics}, confirmed=confirmed_destructive)
+
+
+def _first_difference(then: list[dict[str, Any]], now: list[dict[str, Any]]) -> str | None:
+    """The address of the first change that differs between two JSON change lists (None: equal)."""
+    if then == now:
+        return None
+    first = next((i for i, (a, b) in enumerate(zip(then, now)) if a != b), min(len(now), len(then)))
+    return (then if first < len(then) else now)[first]["address"]
+
+
+def check_unmoved(shown: Plan, now: Plan, files: tuple[LiveSlurm, LiveSlurm], intent: Intent) -> None:
+    """``apply`` showed the plan ``shown`` and got "yes"; ``now`` is the same run computed again
+    after the answer (``files``: the live Slurm config dir as read for each). Refuse unless they
+    are one plan: every digest (the intent, the inventory, the managed Slurm files, the running
+    controller, the Kubernetes state) and every change equal, so that a file edited while the
+    prompt waited is never overwritten. Raises ``RackctlError`` naming each file that moved."""
+    moved = []
+    for key, what in INPUTS:
+        if getattr(shown.provenance, key) == getattr(now.provenance, key):
+            continue
+        if key == "intent":
+            moved.append(f"the intent {display_path(intent.path)}")
+        elif key == "inventory" and intent.inventory_path is not None:
+            moved.append(f"the inventory {display_path(intent.inventory_path)}")
+        elif key == "slurm_files":
+            then, current = files[0].files, files[1].files
+            moved += [display_path(files[1].config_dir / n) for n in sorted(then.keys() | current.keys())
+                      if then.get(n) != current.get(n)]
+        else:
+            moved.append(what)
+    at = None if moved else _first_difference([c.to_json() for c in shown.changes],
+                                              [c.to_json() for c in now.changes])
+    if moved or at is not None:
+        what = f"{', '.join(moved)} changed" if moved else f"the plan changed (first at {at})"
+        raise RackctlError(f"{what} while apply waited for the answer; nothing was applied",
+                           hint="run apply again and review the plan it shows now")

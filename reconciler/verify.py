@@ -65,6 +65,7 @@ from .planner import DesiredSlurm
 from .report import dump
 from .statedir import StateDir
 from .targets import slurm_controller
+from .untrusted import MAX_TEXT_CHARS, code_span, markdown, shown
 
 PASS, FAIL, NOT_PLACEABLE, SKIPPED = "pass", "fail", "not-placeable", "skipped"
 VERDICTS = (PASS, FAIL, NOT_PLACEABLE, SKIPPED)
@@ -586,24 +587,20 @@ def _text(report: Report) -> str:
             lines.append(f"  {'':<13} $ {r.command}")
         lines += [f"  {'':<13} warning: {w}" for w in r.warnings]
     lines.append(summary_line(report))
-    return "\n".join(lines) + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return "\n".join(map(shown, lines)) + "\n"  # sbatch's answers and the live nodes: inert lines
 
 
 def _markdown(report: Report) -> str:
     out = [f"### Placement proof: {report.cluster} (slurmctld {report.slurm_version})", ""]
-    out += [f"> note: {_md(n)}" for n in report.notes]
+    out += [f"> note: {markdown(n)}" for n in report.notes]
     if report.notes:
         out.append("")
     out += ["| verdict | tier | partition | probe | nodes | why | command |", "|---|---|---|---|---|---|---|"]
-    for r in report.rows:
+    for r in report.rows:  # tier, partition, probe: the intent's names and rackctl's words
         why = r.why + "".join(f" (warning: {w})" for w in r.warnings)
         out.append(f"| {_LABEL[r.verdict]} | {r.tier} | {r.partition} | {r.probe} | "
-                   f"{_md(_hl(r.nodes)) if r.nodes else '-'} | {_md(why)} | "
-                   f"{'`' + _md(r.command) + '`' if r.command else ''} |")
+                   f"{code_span(_hl(r.nodes), MAX_TEXT_CHARS) if r.nodes else '-'} | {markdown(why)} | "
+                   f"{code_span(r.command, MAX_TEXT_CHARS) if r.command else ''} |")
     out += ["", f"**{summary_line(report)}**", ""]
     return "\n".join(out)
 

@@ -21,6 +21,7 @@ from .htmlreport import render_html
 from .rackview import COUNTED, FleetView, fleet_view
 from .report import summary_line
 from .statedir import StateDir, default_state_dir
+from .untrusted import shown
 
 EXIT_OK, EXIT_ERROR = 0, 1
 #: Version of the ``status --format json|yaml`` document.
@@ -119,7 +120,8 @@ def _errors(run: pipeline.Run) -> int:
     errors = [d for d in run.plan.diagnostics if d.severity == "error"]
     if not errors:
         return EXIT_OK
-    print(f"error: the plan has {len(errors)} error(s): " + "; ".join(f"[{d.code}] {d.message}" for d in errors[:3])
+    print(f"error: the plan has {len(errors)} error(s): " + "; ".join(f"[{d.code}] {shown(d.message)}"
+                                                                      for d in errors[:3])
           + (" ..." if len(errors) > 3 else ""), file=sys.stderr)
     return EXIT_ERROR
 
@@ -137,7 +139,7 @@ def _print_table(view: FleetView, summary: str) -> None:
     for r in view.racks:
         row = r.to_json()
         table.add_row(r.name, " ".join(row["slices"]) or "-", " ".join(row["tiers"]) or "-",
-                      *(str(row[k]) for k in ("trays", *COUNTED, "drift")))
+                      *(str(row[k]) for k in ("trays", *COUNTED, "drift")))  # the intent's names and counts
     totals = view.totals()
     table.add_section()
     table.add_row(f"total ({totals['racks']} racks)", "", "", *(str(totals[k]) for k in ("trays", *COUNTED, "drift")))
@@ -146,7 +148,7 @@ def _print_table(view: FleetView, summary: str) -> None:
         console.width = 4096
     console.print(table)
     if view.cluster_drift:
-        console.print(f"cluster-wide drift: {', '.join(view.cluster_drift)}")
+        console.print(shown(f"cluster-wide drift: {', '.join(view.cluster_drift)}"))
     if view.unplaced:
         console.print(f"discovered trays in no slice: {len(view.unplaced)}")
-    console.print(summary, soft_wrap=True)
+    console.print(shown(summary), soft_wrap=True)

@@ -147,6 +147,13 @@ INTENT_CASES = {
     "bad-explicit-int-tag": (sub("trays: 18", "trays: !!int eighteen"),
                              ["intent.yaml:6: invalid YAML: cannot read 'eighteen' as a YAML int"]),
     # Python's `$` also matches before a final newline: "gb200\n" broke the PartitionName= line
+    "partition-default-any-case": (sub("partition: gb200", "partition: Default"),
+                                   ["intent.yaml:14: tiers[0].slurm.partition: partition name 'Default' is reserved "
+                                    "by Slurm, in any case: PartitionName=DEFAULT sets the defaults of the partitions "
+                                    "after it; expected another name"]),
+    "host-named-all": (sub(A02, '{name: a02, select: {hosts: "gb-a02-n[01-17],all"}}'),
+                       ["intent.yaml:10: racks[1].select.hosts: host name 'all' is reserved by Slurm, in any case: "
+                        "Nodes=ALL means every node of the cluster; expected another name"]),
     "partition-trailing-newline": (sub("partition: gb200", 'partition: "gb200\\n"'),
                                    ["intent.yaml:14: tiers[0].slurm.partition: 'gb200\\n' is not allowed here; "
                                     "expected a Slurm name"]),

@@ -202,9 +202,42 @@ def test_a_saved_plan_carries_allow_destructive(fleet, tmp_path):
     assert doc["provenance"]["planned_with"]["allow_destructive"] is True
     assert [d["severity"] for d in doc["diagnostics"] if d["code"] == "blast-radius"] == ["warning"]
     res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
-                   "--no-reload")
+                   "--no-reload", "--allow-destructive")  # said again at apply (issue 17, class 8)
     assert res.rc == 0, res
     assert "gb-r0018" not in (fleet.cfg / "topology.conf").read_text()
+
+
+NEEDS_IT_AGAIN = ("error: --allow-destructive: the saved plan {} removes or drains more of the fleet than "
+                  "policy.blastRadius allows; it was made with --allow-destructive, and applying it needs "
+                  "--allow-destructive again; nothing was applied\n"
+                  "  hint: review the plan's blast-radius warning, then apply it with --allow-destructive\n")
+
+
+def test_a_destructive_saved_plan_needs_allow_destructive_again_at_apply(fleet, tmp_path):
+    # A digest inside a file stops accidents, not someone who can edit it: the flag recorded in
+    # the plan is not taken as the operator's word.
+    fleet.drop("r0018", "r0019", "r0020")
+    planfile = tmp_path / "plan.json"
+    assert fleet.plan("--out", planfile, "--allow-destructive").rc == 2
+    before = snapshot(fleet.cfg), snapshot(fleet.state)
+    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
+                   "--no-reload")
+    assert res.rc == 1 and res.out == "" and res.err == NEEDS_IT_AGAIN.format(planfile), res
+    assert (snapshot(fleet.cfg), snapshot(fleet.state)) == before
+
+
+def test_a_plan_edited_to_hide_its_blast_radius_still_needs_allow_destructive(fleet, tmp_path):
+    fleet.drop("r0018", "r0019", "r0020")
+    planfile = tmp_path / "plan.json"
+    assert fleet.plan("--out", planfile, "--allow-destructive").rc == 2
+    doc = json.loads(planfile.read_text())
+    doc["diagnostics"] = [d for d in doc["diagnostics"] if d["code"] != "blast-radius"]
+    planfile.write_text(json.dumps(doc))
+    before = snapshot(fleet.cfg)
+    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
+                   "--no-reload")
+    assert res.rc == 1 and res.err == NEEDS_IT_AGAIN.format(planfile), res  # found by planning again
+    assert snapshot(fleet.cfg) == before
 
 
 def test_reconcile_fails_the_pass_and_records_why(fleet):

@@ -364,3 +364,56 @@ def test_explicit_slices_may_leave_trays_out(load):
             slicing: {mode: explicit, slices: {x: "a[01-08]", y: "a[09-16]"}}
         """)
     assert (intent.racks[0].trays, intent.racks[0].slice_size) == (18, 8)
+
+
+# --- names Slurm reserves (issue 17, class 9) ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["DEFAULT", "default", "Default"])
+def test_a_partition_named_default_in_any_case_is_refused(load, name):
+    assert error(load, f"""\
+        racks:
+          - {{name: r01, select: {{hosts: "a[01-18]"}}}}
+        tiers:
+          - {{name: t, slices: [r01], slurm: {{partition: ok}}}}
+          - {{name: u, slices: [r01], slurm: {{partition: {name}}}}}
+        """) == (f"intent.yaml:8: tiers[1].slurm.partition: partition name {name!r} is reserved by Slurm, in any "
+                 "case: PartitionName=DEFAULT sets the defaults of the partitions after it; expected another name")
+
+
+@pytest.mark.parametrize("hosts, name, meaning", [
+    ('"a[01-17],default"', "default", "NodeName=DEFAULT sets the defaults of the nodes after it"),
+    ('"ALL"', "ALL", "Nodes=ALL means every node of the cluster"),
+    ('"a[01-17],All"', "All", "Nodes=ALL means every node of the cluster")])
+def test_a_host_slurm_reserves_is_refused_in_a_selector(load, hosts, name, meaning):
+    assert error(load, f"""\
+        racks:
+          - {{name: r01, select: {{hosts: {hosts}}}}}
+        tiers:
+          - {{name: t, slices: [r01], slurm: {{partition: p}}}}
+        """) == (f"intent.yaml:5: racks[0].select.hosts: host name {name!r} is reserved by Slurm, in any case: "
+                 f"{meaning}; expected another name")
+
+
+def test_a_host_slurm_reserves_is_refused_in_an_explicit_slice(load):
+    assert error(load, """\
+        racks:
+          - name: r01
+            select: {chassisSerial: "1823825185529"}
+            slicing:
+              mode: explicit
+              slices: {s0: "a[01-09]", s1: "a[10-17],DEFAULT"}
+        tiers:
+          - {name: t, slices: [r01/s0], slurm: {partition: p}}
+        """) == ("intent.yaml:9: racks[0].slicing.slices.s1: host name 'DEFAULT' is reserved by Slurm, in any case: "
+                 "NodeName=DEFAULT sets the defaults of the nodes after it; expected another name")
+
+
+def test_slurm_reserved_names_are_kubernetes_names_like_any_other(load):
+    intent = load("""\
+        racks:
+          - {name: r01, select: {hosts: "a[01-17],default"}}
+        tiers:
+          - {name: default, slices: [r01]}
+        targets: {kubernetes: {}}
+        """)
+    assert intent.tiers[0].slurm.partition == "default" and not intent.slurm_enabled

@@ -227,8 +227,7 @@ def test_a_plan_with_errors_is_refused(site, capsys):
 
 
 @pytest.mark.parametrize("option", [["--inventory", "inv"], ["--slurm-config-dir", "cfg"], ["--offline"],
-                                    ["--force-conflicts"], ["--prune-empty"], ["--allow-destructive"],
-                                    ["--drain-first"]])
+                                    ["--force-conflicts"], ["--prune-empty"], ["--drain-first"]])
 def test_options_that_change_what_is_planned_are_refused_with_plan(site, capsys, option):
     site.planfile.write_text("never read")
     hint = ("hint: --drain-first is an apply of its own" if option[0] == "--drain-first"
@@ -362,7 +361,8 @@ def test_help_says_how_plan_combines():
     text = " ".join(res.out.split())
     assert "--plan PLANFILE apply exactly this saved plan (`plan --out`), without asking" in text
     assert ("As in Terraform, the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-            "--force-conflicts, --prune-empty, --allow-destructive and --drain-first are refused with it") in text
+            "--force-conflicts, --prune-empty and --drain-first are refused with it; a plan made with "
+            "--allow-destructive that needs it is applied only with --allow-destructive again") in text
 
 
 # ---- the running controller -------------------------------------------------------------------

@@ -258,7 +258,7 @@ def test_an_unapplied_drain_is_a_warning_on_the_probe_that_chose_it():
     assert r.warnings == ["gb-r02-n05 should be drained (rackctl: unhealthy) but is not drained in slurmctld; "
                           "run `rackctl apply`"]
     md = verify.render(verify.Report("rack-cliques", "24.11.5", [r]), "markdown")
-    assert "| PASS | train | gb200-train | slice | gb-r02-n[01-09] |" in md
+    assert "| PASS | train | gb200-train | slice | `gb-r02-n[01-09]` |" in md
     assert "(warning: gb-r02-n05 should be drained" in md
 
 
