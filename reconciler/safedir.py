@@ -131,6 +131,9 @@ class SafeDir:
         except FileNotFoundError:
             return None
         except OSError as exc:  # a folder on the way is a link or a file
+            if exc.errno == errno.ELOOP:
+                raise error(f"{what} is below a symbolic link, {exc.filename}; rackctl follows no link below "
+                            f"{self.path}") from None
             raise error(f"cannot read {what}: {exc.strerror}: {exc.filename}") from None
         try:
             return read_fd_capped(fd, what=what, max_bytes=max_bytes, error=error)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -230,27 +231,21 @@ def test_a_metrics_textfile_through_a_planted_link_is_refused(site, capsys):
 
 # ---- who may write the directories ------------------------------------------------------------------
 
-def test_a_world_writable_state_dir_is_refused_naming_its_mode(site, capsys):
-    site.state.mkdir(mode=0o700)
-    site.state.chmod(0o777)
-    before = snapshot(site.cfg)
-    res = site.run(capsys, "apply")
-    assert assert_one_error(res) == (
-        f"error: state dir {site.state}: mode 0777, writable by others; expected a folder owned by root or the "
-        "running user and writable only by them (a root-owned sticky folder such as /tmp may hold it)\n"
-        f"  hint: chmod go-w {site.state}, or choose another state dir\n")
-    assert list(site.state.iterdir()) == [] and snapshot(site.cfg) == before
+def loose_mode(message: str) -> str:
+    return (f"{message}; expected a folder owned by root or the running user and writable only by them (a "
+            "root-owned sticky folder such as /tmp may hold it)")
 
 
-def test_a_world_writable_config_dir_is_refused_and_nothing_written(site, capsys):
-    site.cfg.chmod(0o777)
-    before = snapshot(site.cfg)
+@pytest.mark.parametrize("which, what", [("state", "state dir"), ("cfg", "Slurm config dir")])
+def test_a_world_writable_state_or_config_dir_is_refused_naming_its_mode(site, capsys, which, what):
+    folder = getattr(site, which)
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o777)
+    before = snapshot(site.cfg), snapshot(site.state)
     res = site.run(capsys, "apply")
-    assert assert_one_error(res) == (
-        f"error: Slurm config dir {site.cfg}: mode 0777, writable by others; expected a folder owned by root or the "
-        "running user and writable only by them (a root-owned sticky folder such as /tmp may hold it)\n"
-        f"  hint: chmod go-w {site.cfg}, or choose another Slurm config dir\n")
-    assert snapshot(site.cfg) == before and not site.state.exists()
+    assert assert_one_error(res) == (f"error: {loose_mode(f'{what} {folder}: mode 0777, writable by others')}\n"
+                                     f"  hint: chmod go-w {folder}, or choose another {what}\n")
+    assert (snapshot(site.cfg), snapshot(site.state)) == before
 
 
 def test_a_world_writable_ancestor_is_refused_but_a_root_owned_sticky_one_is_fine(site, capsys):
@@ -260,9 +255,7 @@ def test_a_world_writable_ancestor_is_refused_but_a_root_owned_sticky_one_is_fin
     state = shared / "state"
     res = run_main(capsys, "apply", "-f", site.intent, "--state-dir", state, "--auto-approve", "--offline")
     assert assert_one_error(res).splitlines()[0] == (
-        f"error: state dir {shared} (an ancestor of {state}): mode 0777, writable by others; expected a folder "
-        "owned by root or the running user and writable only by them (a root-owned sticky folder such as /tmp may "
-        "hold it)")
+        f"error: {loose_mode(f'state dir {shared} (an ancestor of {state}): mode 0777, writable by others')}")
     assert list(shared.iterdir()) == []
     if os.geteuid() == 0:  # only root makes a root-owned folder
         shared.chmod(0o1777)
@@ -279,8 +272,7 @@ def test_a_group_writable_state_dir_is_fine_for_the_running_group_only(site, cap
     os.chown(site.state, -1, other)
     res = site.run(capsys, "apply")
     assert assert_one_error(res).splitlines()[0] == (
-        f"error: state dir {site.state}: mode 0770, writable by group {other}; expected a folder owned by root or "
-        "the running user and writable only by them (a root-owned sticky folder such as /tmp may hold it)")
+        f"error: {loose_mode(f'state dir {site.state}: mode 0770, writable by group {other}')}")
     os.chown(site.state, -1, os.getegid())  # a PVC whose group is the pod's fsGroup
     assert site.run(capsys, "apply").rc == 0
 
@@ -431,36 +423,32 @@ def test_a_journal_naming_a_backup_outside_backups_is_refused(site, capsys, back
                    "inside the state dir; nothing was changed")
 
 
-def test_a_backup_that_is_a_link_is_refused(site, capsys):
+def backup_is_a_link(site: Site) -> str:
     # The planted folder holds exactly the bytes the journal names: only the link gives it away.
     (site.outside / "topology.conf").write_bytes(OLD_TOPOLOGY)
-    doc = interrupted(site, capsys)
-    (site.cluster / "backups" / "manual" / "topology.conf").unlink()
-    (site.cluster / "backups" / "manual").rmdir()
+    shutil.rmtree(site.cluster / "backups" / "manual")
     (site.cluster / "backups" / "manual").symlink_to(site.outside)
-    write_journal(site, doc)
-    before = snapshot(site.cfg), records(site)
-    res = site.run(capsys, "apply")
-    assert assert_one_error(res).splitlines()[0] == (
-        "error: cannot roll back an interrupted apply from PID 4242 on ctl-1 (boot b00t) at 2026-12-01T00:00:00Z: "
-        f"the backup of topology.conf ({site.cluster / 'backups/manual/topology.conf'}) is unusable (cannot read "
-        f"backup: {link_error(site.cluster / 'backups/manual', site.cluster).split(': ', 1)[1]}: "
-        f"{site.cluster / 'backups/manual'}); nothing was changed")
-    assert (snapshot(site.cfg), records(site)) == before
-    assert (site.outside / "topology.conf").read_bytes() == OLD_TOPOLOGY
+    return f"backup is below a symbolic link, {site.cluster / 'backups/manual'}; rackctl follows no link below {site.cluster}"
 
 
-def test_a_backup_whose_digest_differs_from_the_journal_is_refused(site, capsys):
-    doc = interrupted(site, capsys)
+def backup_is_damaged(site: Site) -> str:
     (site.cluster / "backups" / "manual" / "topology.conf").write_bytes(SECRET)
+    return "its digest differs from the journal's"
+
+
+@pytest.mark.parametrize("tamper", [backup_is_a_link, backup_is_damaged])
+def test_a_backup_that_is_a_link_or_damaged_is_refused(site, capsys, tamper):
+    doc = interrupted(site, capsys)
+    why = tamper(site)
+    planted = snapshot(site.outside)
     write_journal(site, doc)
     before = snapshot(site.cfg), records(site)
     res = site.run(capsys, "apply")
     assert assert_one_error(res).splitlines()[0] == (
         "error: cannot roll back an interrupted apply from PID 4242 on ctl-1 (boot b00t) at 2026-12-01T00:00:00Z: "
-        f"the backup of topology.conf ({site.cluster / 'backups/manual/topology.conf'}) is unusable (its digest "
-        "differs from the journal's); nothing was changed")
-    assert (snapshot(site.cfg), records(site)) == before
+        f"the backup of topology.conf ({site.cluster / 'backups/manual/topology.conf'}) is unusable ({why}); "
+        "nothing was changed")
+    assert (snapshot(site.cfg), records(site), snapshot(site.outside)) == (*before, planted)
 
 
 def test_recovery_refuses_to_run_without_the_lock(site, capsys):
