@@ -169,7 +169,8 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
         except (RackctlError, OSError) as exc:  # the intent changed under a loop: recorded under the last name
             intent, failure = None, exc
         state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), out.cluster)
-        with state.lock(timeout_s=lock_timeout_s(args.lock_timeout)) as held:
+        with state.lock(timeout_s=lock_timeout_s(args.lock_timeout),
+                        on_wait=lambda m: log.event("info", "lock-wait", out.cluster, message=m)) as held:
             lease = None
             try:
                 if failure is not None:

@@ -49,8 +49,10 @@ class SafeDir:
         return os.path.join(self.label, rel) if rel else self.label or "."
 
     def link_error(self, rel: str) -> OSError:
-        return OSError(errno.ELOOP, f"a symbolic link; rackctl follows no link below {self.path} (expected a "
-                       "regular file or folder; remove the link)", self.shown(rel))
+        """The ``OSError`` (ELOOP) for a link found at ``rel`` (``""``: the directory itself)."""
+        where = f"rackctl follows no link below {self.path}" if rel else "a folder was expected here"
+        return OSError(errno.ELOOP, f"a symbolic link; {where} (expected a regular file or folder; remove the link)",
+                       self.shown(rel))
 
     @contextlib.contextmanager
     def dir_fd(self, rel: str = "", *, create: bool = False, mode: int = 0o700) -> Iterator[int]:
@@ -115,19 +117,13 @@ class SafeDir:
         ``error(message)`` for a link, a directory, a FIFO/device/socket (opened non-blocking:
         a FIFO cannot hang the read), more than ``max_bytes`` or an I/O error."""
         parent, name = _split(rel)
+        opened: int | OSError
         try:
             with self.dir_fd(parent) as dfd:
                 try:
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-                except FileNotFoundError:
-                    return None
+                    opened = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
                 except OSError as exc:
-                    if exc.errno == errno.ELOOP:
-                        raise error(f"{what} is a symbolic link; rackctl follows no link below {self.path}, "
-                                    "expected a regular file") from None
-                    if exc.errno == errno.EISDIR:
-                        raise error(f"{what} is a directory; a file was expected") from None
-                    raise error(f"cannot read {what}: {exc.strerror or exc}") from None
+                    opened = exc
         except FileNotFoundError:
             return None
         except OSError as exc:  # a folder on the way is a link or a file
@@ -135,6 +131,16 @@ class SafeDir:
                 raise error(f"{what} is below a symbolic link, {exc.filename}; rackctl follows no link below "
                             f"{self.path}") from None
             raise error(f"cannot read {what}: {exc.strerror}: {exc.filename}") from None
+        if isinstance(opened, FileNotFoundError):
+            return None
+        if isinstance(opened, OSError):
+            if opened.errno == errno.ELOOP:
+                raise error(f"{what} is a symbolic link; rackctl follows no link below {self.path}, expected a "
+                            "regular file")
+            if opened.errno == errno.EISDIR:
+                raise error(f"{what} is a directory; a file was expected")
+            raise error(f"cannot read {what}: {opened.strerror or opened}")
+        fd = opened
         try:
             return read_fd_capped(fd, what=what, max_bytes=max_bytes, error=error)
         finally:
@@ -318,10 +324,11 @@ def check_private(path: Path, *, what: str) -> None:
     """Refuse, with ``TargetError`` naming the path and its mode, a directory ``path`` (resolved;
     when missing, the folders above it) that anyone but root and its owner could change, or an
     ancestor of it in which anyone else could rename or replace it: each must be owned by root or
-    the running user, and not writable by group or others, except by the group when that is the
-    running (effective) group, and by others for a root-owned sticky ancestor (``/tmp``).
+    the running user, and not writable by group or others, except by the group when it is one
+    of the running process's groups (a PVC's ``fsGroup``), and by others for a root-owned sticky
+    ancestor (``/tmp``).
     ``what`` names the directory in the message (``state dir``, ``Slurm config dir``)."""
-    uid, gid = os.geteuid(), os.getegid()
+    uid, groups = os.geteuid(), {os.getegid(), *os.getgroups()}
     current, itself = path, True
     while True:
         try:
@@ -336,7 +343,7 @@ def check_private(path: Path, *, what: str) -> None:
             why = f"owned by uid {st.st_uid}"
         elif mode & 0o002 and not sticky_ok:
             why = "writable by others"
-        elif mode & 0o020 and st.st_gid != gid and not sticky_ok:
+        elif mode & 0o020 and st.st_gid not in groups and not sticky_ok:
             why = f"writable by group {st.st_gid}"
         if why is not None:
             shown = "" if current == path else f" (an ancestor of {path})"

@@ -128,6 +128,23 @@ def test_a_link_at_the_history_is_refused_and_the_pass_fails(site, capsys):
     site.untouched()
 
 
+def test_a_linked_cluster_folder_is_refused_but_a_linked_state_dir_is_resolved_once(site, capsys):
+    site.state.mkdir()
+    (site.cluster).symlink_to(site.outside)
+    before = snapshot(site.cfg)
+    res = site.run(capsys, "apply")
+    assert assert_one_error(res) == (f"error: {site.cluster}: a symbolic link; a folder was expected here {LINK_HINT}"
+                                     "\n")
+    assert snapshot(site.cfg) == before
+    site.untouched()
+    (site.tmp / "state-link").symlink_to(site.state)
+    site.cluster.unlink()
+    res = run_main(capsys, "apply", "-f", site.intent, "--state-dir", site.tmp / "state-link", "--auto-approve",
+                   "--offline")
+    assert res.rc == 0, res
+    assert (site.cluster / "applied.json").is_file() and (site.tmp / "state-link").is_symlink()
+
+
 def test_a_linked_backups_folder_is_refused_before_any_file_is_written(site, capsys):
     site.cluster.mkdir(parents=True)
     (site.cluster / "backups").symlink_to(site.outside)
