@@ -83,6 +83,17 @@ def test_a_link_at_the_lock_never_lets_a_plan_only_pass_truncate_its_target(site
     assert sorted(p.name for p in site.cluster.iterdir()) == ["lock"]  # no history of a pass that never ran
 
 
+def test_a_hard_link_at_the_lock_note_is_refused_never_truncated(site, capsys):
+    # The note is written in place (a refused apply must leave the folder as found): a second
+    # name of a file elsewhere would be truncated through it.
+    site.cluster.mkdir(parents=True)
+    os.link(site.secret, site.cluster / "lock")
+    res = site.run(capsys, "apply")
+    assert assert_one_error(res) == (f"error: {site.cluster / 'lock'}: not a regular file of its own (a special "
+                                     "file, or one with other hard links); expected a file path\n")
+    assert site.secret.read_bytes() == SECRET
+
+
 @pytest.mark.parametrize("name, what", [("applied.json", "apply record"), ("journal.json", "apply journal"),
                                         ("health.json", "health history")])
 def test_a_link_at_a_state_record_is_refused_never_read(site, capsys, name, what):
