@@ -22,7 +22,7 @@ from .nodestates import RESLICE_REASON
 from .plan import FORMAT_VERSION
 from .reconcilecmd import add_reconcile_parser
 from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
-from .statedir import StateDir, default_state_dir
+from .statedir import Held, StateDir, default_state_dir, lock_timeout_s
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
 from .untrusted import shown
@@ -267,6 +267,8 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
                        "runner that cannot reach it; such a plan is for review, `apply --plan` refuses it")
     if apply:
         c.add_argument("--no-reload", action="store_true", help="write files but do not run the reload command")
+        c.add_argument("--lock-timeout", metavar="DURATION", help="wait up to DURATION (30s, 5m) for the state "
+                       "dir's lock when another apply or reconcile pass holds it (default 0s: fail at once)")
         c.add_argument("--drain-first", action="store_true", help="when a re-slice moves trays that run jobs: "
                        "drain them now and apply the re-slice on a later pass, once they are idle")
         c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
@@ -403,20 +405,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
     check_apply_options(args, intent)
     state = _state(args, intent)
     kube = _kube_options(args)
-    with state.lock():  # taken before reading, so the plan cannot go stale under us
-        recover_interrupted(args, intent, state)
+    with state.lock(timeout_s=lock_timeout_s(args.lock_timeout)) as held:  # before reading: the plan cannot go stale
+        recover_interrupted(args, intent, held)
         run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
         if saved is not None:
             savedplan.check_current(saved, run.plan, confirmed_destructive=args.confirmed_destructive)
         return apply_run(args, run, kube, saved=saved)
 
 
-def recover_interrupted(args: argparse.Namespace, intent: Intent, state: StateDir) -> str | None:
+def recover_interrupted(args: argparse.Namespace, intent: Intent, held: Held) -> str | None:
     """Roll back a Slurm files apply killed half-way (``slurm_target.recover``), before anything
-    else is read; the caller holds the state dir's lock. Prints and returns the one line saying
+    else is read; ``held``: the state dir's lock. Prints and returns the one line saying
     what it did (None: nothing was interrupted). Raises ``TargetError`` when it cannot (then
     nothing else happens)."""
-    note = slurm_target.recover(intent, state, reload=not args.no_reload, offline=args.offline)
+    note = slurm_target.recover(intent, held, reload=not args.no_reload, offline=args.offline)
     if note is not None:
         print(f"Recovery: {note}.", flush=True)
     return note

@@ -17,13 +17,10 @@ one too when its ``--lease`` could not be renewed while it ran.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from .atomicfile import atomic_write
 from .errors import TargetError, malformed_why
 from .statedir import MAX_RECORD_BYTES, StateDir
-from .yamlsource import read_bytes_capped
 
 FILE = "history.jsonl"
 KEEP = 200
@@ -33,18 +30,10 @@ RESULTS = ("ok", "drift", "changed", "failed")
 
 def append(state: StateDir, entry: dict[str, Any], *, keep: int = KEEP) -> None:
     """Append one pass (fsync'd) and trim the file to the newest ``keep`` passes. The caller holds
-    the state dir's lock."""
-    state.path.mkdir(parents=True, exist_ok=True)
-    path = state.path / FILE
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    lines = path.read_bytes().splitlines(keepends=True)
+    the state dir's lock. Raises ``OSError`` (a link or special file at it is refused)."""
+    lines = state.files.append(FILE, (json.dumps(entry, sort_keys=True) + "\n").encode()).splitlines(keepends=True)
     if len(lines) > keep:
-        atomic_write(path, b"".join(lines[-keep:]), default_mode=0o600)
+        state.files.write(FILE, b"".join(lines[-keep:]), default_mode=0o600)
 
 
 def read(state: StateDir) -> list[dict[str, Any]]:
@@ -56,7 +45,7 @@ def read(state: StateDir) -> list[dict[str, Any]]:
     def unreadable(why: str) -> TargetError:
         return TargetError(f"{path}: unreadable reconcile history ({why})", hint=hint)
 
-    raw = read_bytes_capped(path, what="reconcile history", max_bytes=MAX_RECORD_BYTES, error=unreadable)
+    raw = state.files.read(FILE, what="reconcile history", max_bytes=MAX_RECORD_BYTES, error=unreadable)
     if raw is None:
         return []
     out = []

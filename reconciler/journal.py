@@ -5,10 +5,12 @@ undone before anything else happens (``targets.slurm.recover``).
 ``<state>/<cluster>/journal.json``, written atomically (temp file, fsync, rename) like every
 record, holds::
 
-    format, pid, host, startedAt   who started the apply, and when
-    configDir                      the Slurm config dir the files are in
+    format, pid, host, bootId,     who started the apply, and when (bootId: the kernel's boot id,
+    startedAt                      null when unreadable; shown in messages only, never a gate:
+                                   CronJob pods reuse PIDs)
+    configDir                      the Slurm config dir the files are in (resolved)
     backup                         the backup folder holding the files as they were (StateDir.backup),
-                                   relative to <state>/<cluster>
+                                   ``backups/<folder>`` relative to <state>/<cluster>
     recordBefore                   digest of applied.json before the apply (null: there was none)
     files                          name -> {"old": digest or null (absent), "new": digest or null (removed)}
     written                        names written so far (one written just before a kill may be missing)
@@ -17,7 +19,12 @@ record, holds::
 The apply begins it after the backup and before the first file is written, notes each file
 written and the start of the reload, and removes it when it has finished: recorded, or rolled
 back after a rejected reload. Each managed file is always wholly old or wholly new
-(``atomic_write``); the journal says which set the files belong to.
+(``SafeDir.write``); the journal says which set the files belong to.
+
+A journal is read only by a run of the same intent (``read``): one that names another config
+dir, a file rackctl does not manage, or a backup outside ``backups/`` is refused, and nothing is
+written; recovery then restores only from that backup (opened without following links) and
+only bytes with the digests the journal recorded.
 
 ``kill_point`` is a test-only hook: it kills the process with SIGKILL at a named point when
 ``RACKCTL_TEST_ONLY_SIGKILL_AT`` names that point, and does nothing otherwise.
@@ -27,16 +34,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomicfile import atomic_write
 from .errors import TargetError, malformed_why
-from .statedir import StateDir, digest, now_rfc3339
-from .yamlsource import read_bytes_capped
+from .statedir import MAX_RECORD_BYTES, StateDir, digest, now_rfc3339
 
 JOURNAL_FORMAT = 1
 JOURNAL_FILE = "journal.json"
@@ -45,6 +51,8 @@ MAX_JOURNAL_BYTES = 16 * 1024 * 1024
 #: Test-only: the crash-safety tests set it to a point's name (``after-write:topology.conf``).
 TEST_KILL_ENV = "RACKCTL_TEST_ONLY_SIGKILL_AT"
 _HINT = "check the managed files against the backup it names, then move it away"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_BACKUP = re.compile(r"backups/[^/\x00]+")  # StateDir.backup's folders: one name below backups/
 
 
 @dataclass
@@ -56,6 +64,7 @@ class Journal:
 
     pid: int
     host: str
+    boot_id: str | None
     started_at: str
     config_dir: str
     backup: str
@@ -66,7 +75,8 @@ class Journal:
 
     def to_json(self) -> dict[str, Any]:
         """The journal file's document (the layout in the module docstring)."""
-        return {"format": JOURNAL_FORMAT, "pid": self.pid, "host": self.host, "startedAt": self.started_at,
+        return {"format": JOURNAL_FORMAT, "pid": self.pid, "host": self.host, "bootId": self.boot_id,
+                "startedAt": self.started_at,
                 "configDir": self.config_dir, "backup": self.backup, "recordBefore": self.record_before,
                 "files": {n: {"old": old, "new": new} for n, (old, new) in self.files.items()},
                 "written": self.written, "reloadStarted": self.reload_started}
@@ -90,12 +100,19 @@ class Journal:
             raise TypeError("pid must be a number; host, startedAt, configDir and backup text")
         if doc["recordBefore"] is not None and not isinstance(doc["recordBefore"], str):
             raise TypeError("recordBefore must be text or null")
-        return cls(doc["pid"], doc["host"], doc["startedAt"], doc["configDir"], doc["backup"], doc["recordBefore"],
-                   files, [str(n) for n in doc["written"]], bool(doc["reloadStarted"]))
+        boot_id = doc.get("bootId")  # absent in journals of rackctl before it was recorded
+        if boot_id is not None and not isinstance(boot_id, str):
+            raise TypeError("bootId must be text or null")
+        written = doc["written"]
+        if not isinstance(written, list) or not all(n in files for n in written):
+            raise ValueError("written must list names of its files")
+        return cls(doc["pid"], doc["host"], boot_id, doc["startedAt"], doc["configDir"], doc["backup"], doc["recordBefore"],
+                   files, list(written), bool(doc["reloadStarted"]))
 
     def describe(self) -> str:
-        """``an interrupted apply from PID N on HOST at TIME``."""
-        return f"an interrupted apply from PID {self.pid} on {self.host} at {self.started_at}"
+        """``an interrupted apply from PID N on HOST (boot ID) at TIME``."""
+        boot = f" (boot {self.boot_id})" if self.boot_id else ""
+        return f"an interrupted apply from PID {self.pid} on {self.host}{boot} at {self.started_at}"
 
 
 def begin(state: StateDir, config_dir: Path, backup: Path,
@@ -104,7 +121,7 @@ def begin(state: StateDir, config_dir: Path, backup: Path,
     None for absent) in ``config_dir``, whose old files are saved in ``backup``. Raises
     ``OSError`` when it cannot be written (nothing has been changed yet)."""
     # The backup relative to the state dir: a later run may name the state dir another way.
-    entry = Journal(os.getpid(), socket.gethostname(), now_rfc3339(), str(config_dir),
+    entry = Journal(os.getpid(), socket.gethostname(), boot_id(), now_rfc3339(), str(config_dir),
                     os.path.relpath(backup, state.path), record_digest(state),
                     {n: (digest(old), digest(new)) for n, (old, new) in files.items()})
     save(state, entry)
@@ -113,53 +130,75 @@ def begin(state: StateDir, config_dir: Path, backup: Path,
 
 def save(state: StateDir, entry: Journal) -> None:
     """Write ``entry`` as the journal (atomically, fsync'd). Raises ``OSError``."""
-    atomic_write(state.path / JOURNAL_FILE, (json.dumps(entry.to_json(), indent=1) + "\n").encode(),
-                 default_mode=0o600)
+    state.write(JOURNAL_FILE, (json.dumps(entry.to_json(), indent=1) + "\n").encode())
 
 
-def read(state: StateDir) -> Journal | None:
-    """The journal a run left behind, None when there is none. Raises ``TargetError`` when it
-    exists but cannot be read."""
+def read(state: StateDir, config_dir: Path, managed: tuple[str, ...]) -> Journal | None:
+    """The journal a run left behind, None when there is none; ``config_dir`` (resolved) and
+    ``managed`` (the file names) are the current intent's. Raises ``TargetError`` when it
+    exists but cannot be read, or names another config dir, a file not in ``managed`` or a
+    backup that is not ``backups/<folder>``: recovery must never act outside them."""
     f = state.path / JOURNAL_FILE
 
     def unreadable(why: str) -> TargetError:
         return TargetError(f"{f}: unreadable apply journal ({why})", hint=_HINT)
 
-    raw = read_bytes_capped(f, what="apply journal", max_bytes=MAX_JOURNAL_BYTES, error=unreadable)
+    raw = state.files.read(JOURNAL_FILE, what="apply journal", max_bytes=MAX_JOURNAL_BYTES, error=unreadable)
     if raw is None:
         return None
     try:
-        return Journal.from_json(json.loads(raw.decode("utf-8")))
+        entry = Journal.from_json(json.loads(raw.decode("utf-8")))
     except (RecursionError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise unreadable(malformed_why(exc)) from None
+    foreign = "it is not this intent's, or was not written by rackctl: check it, then move it away"
+    # Resolved, as the apply recorded it; recovery then acts on ``config_dir``, never on this text.
+    if "\0" in entry.config_dir or os.path.realpath(entry.config_dir) != str(config_dir):
+        raise TargetError(f"{f}: apply journal names the config dir {entry.config_dir!r}; expected {str(config_dir)!r}, "
+                          "the one this intent names; nothing was changed", hint=foreign)
+    stray = sorted(n for n in entry.files if n not in managed)
+    if stray:
+        raise TargetError(f"{f}: apply journal names {', '.join(map(repr, stray))}, not a file rackctl manages "
+                          f"(expected among {', '.join(managed)}); nothing was changed", hint=foreign)
+    if not _BACKUP.fullmatch(entry.backup) or entry.backup.split("/")[1] in (".", ".."):
+        raise TargetError(f"{f}: apply journal names the backup {entry.backup!r}; expected backups/<folder> "
+                          "inside the state dir; nothing was changed", hint=foreign)
+    return entry
 
 
 def clear(state: StateDir) -> None:
     """Remove the journal (the apply it describes has finished), durably. Raises ``OSError``."""
-    (state.path / JOURNAL_FILE).unlink(missing_ok=True)
-    fd = os.open(state.path, os.O_RDONLY)
-    try:
+    state.files.unlink(JOURNAL_FILE, missing_ok=True)
+    with state.files.dir_fd() as fd:
         os.fsync(fd)  # a journal that came back after a power loss would roll back a finished apply
-    finally:
-        os.close(fd)
 
 
 def sweep(state: StateDir) -> None:
-    """Remove the temp files ``atomic_write`` leaves beside the journal and the apply record when
-    a run is killed while writing them; the caller holds the state dir's lock (no one else is
-    writing them)."""
-    for name in (JOURNAL_FILE, RECORD_FILE):
-        for tmp in state.path.glob(f".{name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+    """Remove the temp files ``SafeDir.write`` leaves beside the journal and the apply record
+    when a run is killed while writing them; the caller holds the state dir's lock (no one else
+    is writing them)."""
+    prefixes = tuple(f".{name}." for name in (JOURNAL_FILE, RECORD_FILE))
+    for name in state.files.listdir():
+        if name.startswith(prefixes) and name.endswith(".tmp"):
+            state.files.unlink(name, missing_ok=True)
 
 
 def record_digest(state: StateDir) -> str | None:
     """Digest of the apply record's bytes (None: no record). Recovery compares it with the
     journal's ``recordBefore``: the record is rewritten only after the reload and verification
-    succeeded, so a changed record means the interrupted apply had finished."""
+    succeeded, so a changed record means the interrupted apply had finished. Raises
+    ``TargetError`` when it cannot be read."""
+    def unreadable(why: str) -> TargetError:
+        return TargetError(f"{state.path / RECORD_FILE}: unreadable apply record ({why})", hint=_HINT)
+
+    return digest(state.files.read(RECORD_FILE, what="apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable))
+
+
+def boot_id() -> str | None:
+    """This kernel's boot id (``/proc/sys/kernel/random/boot_id``), None where unreadable."""
     try:
-        return digest((state.path / RECORD_FILE).read_bytes())
-    except FileNotFoundError:
+        with open(BOOT_ID, encoding="ascii") as fh:
+            return fh.read(64).strip() or None
+    except (OSError, ValueError):
         return None
 
 

@@ -117,7 +117,7 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
         desired = plan_slurm(intent, fabric, History())
         files = {}
     diags: list[Diagnostic] = list(desired.diagnostics)
-    pending = slurm_target.interrupted(state)  # apply and reconcile --mode apply recovered it already
+    pending = slurm_target.interrupted(intent, state)  # apply and reconcile --mode apply recovered it already
     if pending is not None:
         diags.append(pending)
     if snapshot is not None:

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
 from . import gcpause, history, kubesync, leaselock, outputs, pipeline, report
+from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import Intent, duration_s, load_intent
-from .statedir import StateDir, default_state_dir
+from .statedir import Held, StateDir, default_state_dir, lock_timeout_s
 from .untrusted import shown
 
 EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
@@ -169,13 +170,14 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
         except (RackctlError, OSError) as exc:  # the intent changed under a loop: recorded under the last name
             intent, failure = None, exc
         state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), out.cluster)
-        with state.lock():
+        with state.lock(timeout_s=lock_timeout_s(args.lock_timeout),
+                        on_wait=lambda m: log.event("info", "lock-wait", out.cluster, message=m)) as held:
             lease = None
             try:
                 if failure is not None:
                     raise failure
                 with _leased(args, log, out.cluster) as lease:
-                    _recover(args, log, intent, state)
+                    _recover(args, log, intent, held)
                     run = pipeline.compute(intent, state, offline=args.offline, kube=kube,
                                            allow_destructive=args.allow_destructive)
                     _plan_or_apply(args, kube, run, out)
@@ -218,13 +220,13 @@ def _leased(args: argparse.Namespace, log: EventLog, cluster: str) -> Iterator[l
         api_client.close()
 
 
-def _recover(args: argparse.Namespace, log: EventLog, intent: Intent, state: StateDir) -> None:
+def _recover(args: argparse.Namespace, log: EventLog, intent: Intent, held: Held) -> None:
     """In apply mode, roll back a Slurm files apply killed half-way before the pass plans (and
     log it); a plan-only pass changes nothing, and its plan reports it as an error instead."""
     from .cli import recover_interrupted  # cli imports this module to register it
 
     if args.mode == "apply":
-        note = recover_interrupted(args, intent, state)
+        note = recover_interrupted(args, intent, held)
         if note is not None:
             log.event("warning", "recovered", intent.name, message=note)
 
@@ -407,6 +409,7 @@ def _check_options(args: argparse.Namespace) -> float | None:
         if args.offline:
             raise InputError("a Lease is held on the Kubernetes API server, which --offline never contacts",
                              field="--lease")
+    lock_timeout_s(args.lock_timeout)  # raises InputError for --lock-timeout
     if args.fail_on_drift and args.mode != "plan-only":
         raise InputError("drift is reported in plan-only mode; apply mode corrects it", field="--fail-on-drift")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
@@ -433,10 +436,10 @@ def _check_options(args: argparse.Namespace) -> float | None:
 
 
 def _write_textfile(path: str, metrics: Metrics, log: EventLog, cluster: str) -> None:
-    """Write the metrics atomically (a temp file beside it, renamed); a failure is logged, and
-    does not change the pass's result."""
+    """Write the metrics atomically (a temp file beside it, renamed; a link at ``path`` is
+    refused, ``atomic_write``); a failure is logged, and does not change the pass's result."""
     try:
-        write_to_textfile(path, metrics.registry)
+        atomic_write(Path(path), generate_latest(metrics.registry))
     except OSError as exc:
         log.event("error", "metrics-write-failed", cluster, file=path, error=_message(exc))
 

@@ -4,9 +4,10 @@ replaced files and the record of what was last applied.
 Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``, else
 ``~/.local/state/rackctl``), one folder per cluster (the intent's ``metadata.name``)::
 
-    <cluster>/lock                  flock(2) lock; holds "PID N on HOST since TIME" of the holder
-                                    (removed again, with the folders made for it, by a holder that
-                                    made it and added nothing else: a refused apply)
+    <cluster>/                      flock(2) on this folder itself is the apply lock (a file
+                                    removed or replaced cannot let a second apply in); made 0700,
+                                    removed again by a holder that made it and added nothing
+    <cluster>/lock                  "PID N on HOST since TIME" of the holder, while it holds it
     <cluster>/applied.json          last successful apply (file digests, block layout)
     <cluster>/journal.json          only while a Slurm files apply runs, or after one was killed
                                     half-way: what it changes (journal.py)
@@ -14,6 +15,9 @@ Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``
     <cluster>/kubernetes.json       what the last Kubernetes apply set (digests per Node and object)
     <cluster>/backups/<stamp>/...   files as they were before an apply (the newest 10 kept)
     <cluster>/history.jsonl         one line per `rackctl reconcile` pass (the newest 200 kept; history.py)
+
+The state dir is resolved once; below it no link is followed (``safedir``), and it must be
+writable only by root and its owner (``safedir.check_private``).
 """
 
 from __future__ import annotations
@@ -25,24 +29,26 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from .atomicfile import atomic_write
 from . import hostlist
 from .errors import InputError, TargetError, malformed_why
+from .intent import duration_s
 from .kubeplan import KubeRecord
 from .nodestates import HealthHistory
-from .yamlsource import read_bytes_capped
+from .safedir import SafeDir, check_private
 
 RECORD_FORMAT = 1
 _ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]{2,45}")  # rackctl records only IPs
 KEEP_BACKUPS = 10
-LOCK_TRIES = 100  # a lock file removed by its last holder as we open it is opened again
+LOCK_TRIES = 100  # a folder removed by its last holder as we open it is made and opened again
+LOCK_POLL_S = 0.2  # how often a --lock-timeout wait tries the lock again
+_DURATION = re.compile(r"[0-9]+[smhd]?")
 MAX_RECORD_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
@@ -51,6 +57,21 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/rackctl``, else ``~/.local/state/rackctl`` (XDG Base Directory spec)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "rackctl"
+
+
+def lock_timeout_s(text: str | None) -> float:
+    """``--lock-timeout DURATION`` in seconds (``0s``, ``90s``, ``10m``, ``1h``; None: 0, fail at
+    once). Raises ``InputError`` naming the option for anything else."""
+    if text is None:
+        return 0.0
+    if not _DURATION.fullmatch(text):
+        raise InputError(f"{text!r} is not a duration; expected a number with an optional unit s, m, h or d "
+                         "(0s, 90s, 10m)", field="--lock-timeout")
+    return float(duration_s(text))
+
+
+def _tell_waiting(message: str) -> None:
+    print(f"rackctl: {message}", file=sys.stderr, flush=True)
 
 
 def digest(data: bytes | None) -> str | None:
@@ -72,11 +93,15 @@ class AppliedRecord:
 
 
 class StateDir:
-    """The state folder of one cluster. Reading never creates anything; writing does."""
+    """The state folder of one cluster. Reading never creates anything; writing does.
+
+    ``root`` (the state dir) is resolved once; ``files`` reaches what lies below it without
+    following a link. ``cluster`` is the intent's ``metadata.name`` (a DNS label)."""
 
     def __init__(self, root: Path, cluster: str) -> None:
-        self.root = root
-        self.path = root / cluster
+        self.root = Path(os.path.realpath(root))
+        self.files = SafeDir(self.root / cluster, resolve=False)  # the cluster folder itself is not followed
+        self.path = self.files.path
 
     def read_record(self, config_dir: Path) -> AppliedRecord | None:
         """The last apply's record for ``config_dir``, or None (none yet, or another dir).
@@ -90,7 +115,7 @@ class StateDir:
             return TargetError(f"{f}: unreadable apply record ({why})", hint=hint)
 
         try:
-            raw = read_bytes_capped(f, what="apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable)
+            raw = self.files.read("applied.json", what="apply record", max_bytes=MAX_RECORD_BYTES, error=unreadable)
             if raw is None:
                 return None
             doc = json.loads(raw.decode("utf-8"))
@@ -151,7 +176,7 @@ class StateDir:
         def unreadable(why: str) -> TargetError:
             return TargetError(f"{f}: unreadable {what} ({why})", hint=hint)
 
-        raw = read_bytes_capped(f, what=what, max_bytes=MAX_RECORD_BYTES, error=unreadable)
+        raw = self.files.read(name, what=what, max_bytes=MAX_RECORD_BYTES, error=unreadable)
         if raw is None:
             return None
         try:
@@ -162,11 +187,10 @@ class StateDir:
     def write_kube_record(self, record: KubeRecord) -> None:
         doc = {"format": RECORD_FORMAT, "labels": dict(sorted(record.labels.items())),
                "objects": dict(sorted(record.objects.items()))}
-        atomic_write(self.path / "kubernetes.json", (json.dumps(doc, indent=0) + "\n").encode(), default_mode=0o600)
+        self.write("kubernetes.json", (json.dumps(doc, indent=0) + "\n").encode())
 
     def write_health(self, history: HealthHistory) -> None:
-        atomic_write(self.path / "health.json", (json.dumps(history.to_json(), indent=1) + "\n").encode(),
-                     default_mode=0o600)
+        self.write("health.json", (json.dumps(history.to_json(), indent=1) + "\n").encode())
 
     def write_record(self, record: AppliedRecord) -> None:
         doc: dict[str, Any] = {
@@ -176,83 +200,151 @@ class StateDir:
         }
         if record.imex_addresses:
             doc["imexAddresses"] = dict(record.imex_addresses)
-        atomic_write(self.path / "applied.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(),
-                     default_mode=0o600)
+        self.write("applied.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Write the record ``rel`` (below the cluster's folder; 0600 when new) atomically, after
+        ``check_private`` (the folders made when missing). Raises ``TargetError``/``OSError``."""
+        self._make()
+        self.files.write(rel, data, default_mode=0o600)
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the cluster's apply lock; raise ``TargetError`` naming the holder (PID, host, since
-        when) if taken. When the holder added nothing else, the lock file it created and the
-        folders it created for it are removed on release, so that a refused apply leaves the
-        state dir's files as it found them."""
-        made = _missing_folders(self.path)
-        fd, created = self._take_lock()
+    def lock(self, *, timeout_s: float = 0.0, on_wait: Callable[[str], None] = _tell_waiting) -> Iterator[Held]:
+        """Hold the cluster's apply lock: ``flock`` on the cluster's folder itself (made 0700 when
+        missing, after ``check_private`` of the state dir), re-checked by inode after locking, so
+        that no file removed or replaced lets a second holder in. Yields the ``Held`` token that
+        recovery takes. The ``lock`` file holds the holder's note, written in place.
+
+        When another process holds it, waits up to ``timeout_s`` seconds (calling ``on_wait``
+        once with what it waits for; by default a line on stderr), then raises ``TargetError``
+        naming the holder (PID, host, since when). A holder that made the note (and the folders)
+        and added nothing else removes them again, so that a refused apply leaves the state dir
+        as it found it. Raises ``TargetError`` for a state dir others may write to, ``OSError``
+        for a link or special file in the way."""
+        fd, made = self._take_lock(time.monotonic() + timeout_s, timeout_s, on_wait)
         try:
-            found = _others(self.path)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {now_rfc3339()}\n".encode(), 0)
+            found = self._others()
+            # Written in place: the folder's entries stay as found (a refused apply changes nothing).
+            note, created = self.files.open_in_place("lock")
             try:
-                yield
+                os.ftruncate(note, 0)
+                os.pwrite(note, f"PID {os.getpid()} on {socket.gethostname()} since {now_rfc3339()}\n".encode(), 0)
+                held = Held(self)
+                try:
+                    yield held
+                finally:
+                    held.active = False
+                    os.ftruncate(note, 0)
+                    # Removed while still held: a process that opened the folder meanwhile sees that
+                    # (_take_lock). Only when the holder added nothing: after records it stays with them.
+                    if created and self._others() == found:
+                        with contextlib.suppress(OSError):
+                            self.files.unlink("lock")
+                            for folder in made:
+                                os.rmdir(folder)  # OSError when not empty: what another run wrote stays
             finally:
-                os.ftruncate(fd, 0)
-                # Removed while still held: a process that opened it meanwhile sees that (_take_lock).
-                # Only when the holder added nothing: after records were written it stays with them.
-                if created and _others(self.path) == found:
-                    _remove_made(self.path / "lock", made)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(note)
+            fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
 
-    def _take_lock(self) -> tuple[int, bool]:
-        """Open and flock the lock file, creating it (and its folders) when missing: ``(fd,
-        whether this call created the file)``. Raises ``TargetError`` naming the holder when
-        another process holds the lock."""
-        path = self.path / "lock"
+    def _take_lock(self, deadline: float, timeout_s: float, on_wait: Callable[[str], None]) -> tuple[int, list[Path]]:
+        """Make (when missing) and flock the cluster's folder: ``(fd, the folders this call
+        made, innermost first)``. Raises ``TargetError`` naming the holder when another process
+        holds the lock past ``deadline`` (``time.monotonic()``)."""
+        waited = False
         for _ in range(LOCK_TRIES):
+            made = self._make()
             try:
-                self.path.mkdir(parents=True, exist_ok=True)
-                try:
-                    fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
-                except FileExistsError:
-                    fd, created = os.open(path, os.O_RDWR), False
-            except FileNotFoundError:  # the last holder removed the file or its folder just now
+                with self.files.dir_fd() as dfd:
+                    fd = os.dup(dfd)
+            except FileNotFoundError:  # the last holder removed the folder just now
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                current = _is_at(fd, path)
-            except BlockingIOError:
-                holder = _lock_holder(fd)
-                os.close(fd)
-                raise TargetError(f"state dir {self.path} is locked by {holder}",
-                                  hint="wait for the other apply or reconcile pass to finish") from None
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        holder = self._holder()
+                        if time.monotonic() >= deadline:
+                            raise TargetError(f"state dir {self.path} is locked by {holder}",
+                                              hint="wait for the other apply or reconcile pass to finish, or "
+                                              "pass --lock-timeout DURATION to wait for it") from None
+                        if not waited:
+                            on_wait(f"state dir {self.path} is locked by {holder}; waiting up to "
+                                    f"{timeout_s:g}s for it (--lock-timeout)")
+                            waited = True
+                        time.sleep(max(0.0, min(LOCK_POLL_S, deadline - time.monotonic())))
+                current = _is_at(fd, self.path)
             except BaseException:
                 os.close(fd)
                 raise
             if current:
-                return fd, created
+                return fd, made
             os.close(fd)  # its last holder removed it after we opened it: lock the one there now
-        raise TargetError(f"state dir {self.path}: the lock file was replaced {LOCK_TRIES} times while taking it",
+        raise TargetError(f"state dir {self.path}: its folder was removed {LOCK_TRIES} times while taking the lock",
                           hint="another apply or reconcile pass is starting and ending over and over; try again")
+
+    def _make(self) -> list[Path]:
+        """Check the state dir (``check_private``) and make the cluster's folder and its missing
+        parents (0700): the folders made, innermost first."""
+        check_private(self.root, what="state dir")
+        made = _missing_folders(self.path)
+        for folder in reversed(made):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o700)
+        if made:  # made just now: what an ancestor let someone slip in is seen here
+            check_private(self.path, what="state dir")
+        return made
+
+    def _others(self) -> set[str] | None:
+        """The names in the cluster's folder but the lock note's; None when it cannot be listed."""
+        try:
+            return set(self.files.listdir()) - {"lock"}
+        except OSError:
+            return None
+
+    def _holder(self) -> str:
+        """The note the lock's holder wrote ("PID N on HOST since TIME"). It writes it just after
+        taking the lock, so a missing note is read again for a moment before giving up on it."""
+        for _ in range(20):
+            try:
+                text = self.files.read("lock", what="lock note", max_bytes=256, error=OSError)
+            except OSError:
+                return "another process"
+            if text and text.strip():
+                return text.decode(errors="replace").strip()
+            time.sleep(0.01)
+        return "another process"
 
     def backup(self, files: dict[str, bytes | None]) -> Path:
         """Save the current bytes of ``files`` (None: did not exist) and return the backup folder."""
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        folder = self.path / "backups" / f"{stamp}-{os.getpid()}"
-        folder.mkdir(parents=True, exist_ok=False)
+        folder = f"backups/{stamp}-{os.getpid()}"
         manifest = {}
         for name, data in files.items():
             manifest[name] = digest(data)
             if data is not None:
-                atomic_write(folder / name, data, default_mode=0o600)
-        atomic_write(folder / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(),
-                     default_mode=0o600)
+                self.write(f"{folder}/{name}", data)
+        self.write(f"{folder}/manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         self._prune_backups()
-        return folder
+        return self.path / folder
 
     def _prune_backups(self) -> None:
-        folders = sorted((self.path / "backups").iterdir())
+        folders = sorted(self.files.listdir("backups"))
         for old in folders[:-KEEP_BACKUPS]:
-            shutil.rmtree(old, ignore_errors=True)
+            self.files.rmtree(f"backups/{old}")
+
+
+@dataclass
+class Held:
+    """Proof that this process holds ``state``'s lock (``StateDir.lock`` yields it): what acts on
+    an interrupted apply takes it, so that it cannot run without the lock. ``active`` turns
+    False when the lock is released."""
+
+    state: StateDir
+    active: bool = True
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -264,42 +356,14 @@ def _missing_folders(folder: Path) -> list[Path]:
     return out
 
 
-def _others(folder: Path) -> set[str] | None:
-    """The names in ``folder`` but the lock file's; None when it cannot be listed."""
-    try:
-        return set(os.listdir(folder)) - {"lock"}
-    except OSError:
-        return None
-
-
-def _remove_made(lock: Path, made: list[Path]) -> None:
-    """Remove the lock file, then each folder of ``made`` (innermost first) while it is empty.
-    Best effort: this runs as the lock is released, where an error would hide the run's own."""
-    with contextlib.suppress(OSError):
-        lock.unlink()
-        for folder in made:
-            folder.rmdir()  # OSError when not empty: what another run wrote there stays
-
-
 def _is_at(fd: int, path: Path) -> bool:
-    """Whether the open file ``fd`` is still the file at ``path`` (not removed or replaced)."""
+    """Whether the open folder ``fd`` is still the one at ``path`` (not removed or replaced)."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     fst = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
-
-
-def _lock_holder(fd: int) -> str:
-    """The text the lock's holder wrote ("PID N on HOST since TIME"). It writes it just after
-    taking the lock, so an empty file is read again for a moment before giving up on it."""
-    for _ in range(20):
-        text = os.pread(fd, 256, 0).decode(errors="replace").strip()
-        if text:
-            return text
-        time.sleep(0.01)
-    return "another process"
 
 
 def now_rfc3339() -> str:

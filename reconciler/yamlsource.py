@@ -121,6 +121,15 @@ def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error) -> 
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise error(f"cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
+        return read_fd_capped(fd, what=what, max_bytes=max_bytes, error=error)
+    finally:
+        os.close(fd)
+
+
+def read_fd_capped(fd: int, *, what: str, max_bytes: int, error) -> bytes:
+    """The bytes of the open file ``fd`` (opened ``O_NONBLOCK``), as ``read_bytes_capped``
+    reads them: ``error(message)`` unless it is a regular file of at most ``max_bytes``."""
+    try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise error(f"{what} is a directory; a file was expected")
@@ -140,8 +149,6 @@ def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error) -> 
         return b"".join(chunks)
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
 
 
 def display_path(path: Path | str) -> str:

@@ -256,9 +256,9 @@ def test_a_lock_whose_holder_wrote_nothing_leaves_nothing(tmp_path):
     assert sorted(p.name for p in state.path.iterdir()) == ["health.json", "lock"]
 
 
-def test_a_lock_file_removed_as_it_is_taken_is_not_the_lock_any_more(tmp_path, monkeypatch):
-    # Its last holder removed it after this process opened it: holding that one would let a
-    # third process, which made a fresh lock file, run at the same time.
+def test_a_lock_folder_removed_as_it_is_taken_is_not_the_lock_any_more(tmp_path, monkeypatch):
+    # Its last holder removed the cluster's folder after this process opened it: holding that
+    # one would let a third process, which made a fresh folder, run at the same time.
     from reconciler import statedir
 
     state = statedir.StateDir(tmp_path, CLUSTER)
@@ -267,8 +267,8 @@ def test_a_lock_file_removed_as_it_is_taken_is_not_the_lock_any_more(tmp_path, m
     def flock(fd, op):
         if not replaced:
             replaced.append(True)
-            os.unlink(state.path / "lock")
-            (state.path / "lock").write_text("")  # the third process's
+            os.rmdir(state.path)
+            state.path.mkdir()  # the third process's
         return real_flock(fd, op)
 
     monkeypatch.setattr(statedir.fcntl, "flock", flock)

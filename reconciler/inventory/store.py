@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import hostlist, schemas
-from ..atomicfile import atomic_write, atomic_write_many, check_target
+from ..atomicfile import atomic_write, out_folder
 from ..errors import InputError
 from ..yamlsource import display_path, read_text
 
@@ -200,7 +200,8 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
     """Write NodeReports as ``out_dir/<hostname>.json`` files or one ``out_file``.
 
     Each file is written atomically, all of a folder with one flush to disk
-    (``atomic_write_many``). Returns the paths written. ``on_progress(done, total)``:
+    (``SafeDir.write_many``); the folder is resolved once and no file in it is followed (a link
+    there is refused). Returns the paths written. ``on_progress(done, total)``:
     called with 0 first, then after each file of ``out_dir`` (not for ``out_file``: one write).
     Raises ``OSError`` when a path is in the way (nothing written then) or a write fails.
     """
@@ -209,18 +210,19 @@ def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None,
         atomic_write(out_file, dump_report(doc).encode())
         return [out_file]
     assert out_dir is not None
-    targets = [out_dir / f"{node['hostname']}.json" for node in nodes]
+    names = [f"{node['hostname']}.json" for node in nodes]
     if out_dir.exists() and not out_dir.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(out_dir))
-    for target in targets:  # first, so that a directory in the way leaves nothing half written
-        check_target(target)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    folder = out_folder(out_dir)
+    for name in names:  # first, so that a link or directory in the way leaves nothing half written
+        folder.entry(name)
+    os.makedirs(folder.path, exist_ok=True)
     if on_progress is not None:
-        on_progress(0, len(targets))
+        on_progress(0, len(names))
     texts = []
     for done, node in enumerate(nodes, 1):
         texts.append(dump_report(node).encode())
         if on_progress is not None:
-            on_progress(done, len(targets))
-    atomic_write_many(list(zip(targets, texts)))
-    return targets
+            on_progress(done, len(names))
+    folder.write_many(list(zip(names, texts)))
+    return [out_dir / name for name in names]

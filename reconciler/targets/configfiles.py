@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Protocol
 
 from ..errors import TargetError
+from ..safedir import SafeDir
 from ..yamlsource import display_path, read_bytes_capped
 
 Kind = Literal["file", "directory", "absent", "other"]
@@ -46,9 +47,11 @@ class ConfigFiles(Protocol):
     def kind(self, path: Path) -> Kind:
         """What ``path`` is: a regular file, a directory, absent, or something else."""
 
-    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes | None:
+    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
+             follow: bool = True) -> bytes | None:
         """The bytes of the regular file ``path``, None when absent; ``error(message)`` for
-        anything else (see ``yamlsource.read_bytes_capped``)."""
+        anything else (see ``yamlsource.read_bytes_capped``). ``follow`` False: a link at
+        ``path`` is such an error too (a file rackctl manages; ``safedir``)."""
 
     def key(self, path: Path) -> str:
         """The identity of ``path`` for recognising a file read twice (an Include loop)."""
@@ -64,7 +67,10 @@ class DiskFiles:
             return "file"
         return "absent" if not path.exists() else "other"
 
-    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes | None:
+    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
+             follow: bool = True) -> bytes | None:
+        if not follow:
+            return SafeDir(path.parent).read(path.name, what=what, max_bytes=max_bytes, error=error)
         return read_bytes_capped(path, what=what, max_bytes=max_bytes, error=error)
 
     def key(self, path: Path) -> str:
@@ -89,8 +95,9 @@ class RecordingFiles(DiskFiles):
     def kind(self, path: Path) -> Kind:
         return self._kept(path)["kind"]
 
-    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes | None:
-        data = super().read(path, what=what, max_bytes=max_bytes, error=error)
+    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
+             follow: bool = True) -> bytes | None:
+        data = super().read(path, what=what, max_bytes=max_bytes, error=error, follow=follow)
         entry = self._kept(path)
         entry.pop("text", None)
         entry.pop("base64", None)
@@ -141,8 +148,9 @@ class ReplayFiles:
     def kind(self, path: Path) -> Kind:
         return self._entry(path)["kind"]
 
-    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes | None:
-        entry = self._entry(path, content=True)
+    def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
+             follow: bool = True) -> bytes | None:
+        entry = self._entry(path, content=True)  # recorded as the disk answered, links refused or not
         if entry["kind"] == "absent":
             return None
         if entry["kind"] == "directory":

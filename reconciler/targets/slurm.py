@@ -10,7 +10,8 @@ rolls back an apply that was killed half-way.
 
 from __future__ import annotations
 
-import glob
+import errno
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,13 +19,13 @@ from typing import Callable
 
 from .. import __version__, hostlist, journal, slurmconf
 from . import slurm_controller
-from ..atomicfile import atomic_write, written_path
 from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
 from ..intent import Intent, SlurmTarget
 from ..journal import kill_point
 from ..planner import History
-from ..statedir import AppliedRecord, StateDir, digest, now_rfc3339
+from ..safedir import SafeDir, check_private
+from ..statedir import AppliedRecord, Held, StateDir, digest, now_rfc3339
 from ..yamlsource import display_path, load_yaml_text
 from .configfiles import DISK, ConfigFiles
 
@@ -89,8 +90,8 @@ def read_config_dir(t: SlurmTarget, files: ConfigFiles = DISK) -> LiveSlurm:
         live.diagnostics.append(Diagnostic(WARNING, "config-dir-missing", f"Slurm config dir {display_path(cdir)} does "
                                            "not exist; treated as empty", display_path(cdir)))
         return live
-    for name in t.managed_files:
-        live.files[name] = _read(files, cdir / name)
+    for name in t.managed_files:  # rackctl's own: a link there is refused, never followed (safedir)
+        live.files[name] = _read(files, cdir / name, follow=False)
     live.stray_topology_yaml = t.topology_file == "topology.conf" and files.kind(cdir / "topology.yaml") != "absent"
     live.stray_topology_conf = t.topology_file == "topology.yaml" and files.kind(cdir / "topology.conf") != "absent"
     conf = _read(files, cdir / "slurm.conf")
@@ -103,12 +104,21 @@ def read_config_dir(t: SlurmTarget, files: ConfigFiles = DISK) -> LiveSlurm:
     return live
 
 
-def _read(files: ConfigFiles, path: Path, where: str | None = None) -> bytes | None:
+def _read(files: ConfigFiles, path: Path, where: str | None = None, *, follow: bool = True) -> bytes | None:
     """The bytes of a regular file in (or included into) the config dir; None when absent.
-    ``where`` names what pointed at it (``slurm.conf:12: Include x``) for the error message."""
-    def error(message: str) -> TargetError:
-        return TargetError(f"{where or display_path(path)}: {message}")
-    return files.read(path, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=error)
+    ``where`` names what pointed at it (``slurm.conf:12: Include x``) for the error message;
+    ``follow`` False: a link at ``path`` is an error (a managed file)."""
+    return files.read(path, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=_error(where or display_path(path)),
+                      follow=follow)
+
+
+def _error(where: str) -> Callable[[str], TargetError]:
+    return lambda message: TargetError(f"{where}: {message}")
+
+
+def _read_managed(cfg: SafeDir, name: str) -> bytes | None:
+    """A managed file's bytes as ``_read`` with ``follow`` False reads them, from ``cfg``."""
+    return cfg.read(name, what="Slurm file", max_bytes=MAX_SLURM_FILE_BYTES, error=_error(cfg.shown(name)))
 
 
 def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_file: str, live: LiveSlurm,
@@ -369,36 +379,41 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
     reload when no file changed and no reload is forced. Raises ``TargetError`` when a write, the
     reload or the verification fails, after restoring the files and reloading the old ones.
     """
-    cdir = intent.slurm.config_dir
+    cfg = SafeDir(intent.slurm.config_dir)
     changed: dict[str, bytes | None] = {n: d for n, d in desired_files.items() if live.files.get(n) != d}
     # A managed file no longer rendered (per-job IMEX scripts after the policy changed) is removed.
     changed.update({n: None for n, d in live.files.items() if d is not None and n not in desired_files})
     if not changed and not force_reload:
         return ApplyResult((), False, None)
+    if changed:
+        check_private(cfg.path, what="Slurm config dir")
+        if not cfg.path.is_dir():  # found missing by the plan: made (0755: Slurm's daemons read it), checked again
+            os.makedirs(cfg.path, mode=0o755, exist_ok=True)
+            check_private(cfg.path, what="Slurm config dir")
     backup = state.backup({n: live.files.get(n) for n in changed}) if changed else None
     kill_point("before-journal")
     # The journal names the set of files being changed before the first is written: a run
     # killed half-way is found and rolled back by the next one (``recover``).
-    entry = journal.begin(state, cdir, backup, {n: (live.files.get(n), d) for n, d in changed.items()}) \
+    entry = journal.begin(state, cfg.path, backup, {n: (live.files.get(n), d) for n, d in changed.items()}) \
         if backup is not None else None
     kill_point("after-journal")
     written: list[str] = []
     try:
         for name, data in changed.items():
-            failed = cdir / name
+            failed = cfg.shown(name)
             if data is None:
-                (cdir / name).unlink()
+                cfg.unlink(name)
             else:
                 # Scripts (per-job IMEX Prolog/Epilog) are run by slurmd and slurmctld: executable.
-                atomic_write(cdir / name, data, default_mode=_mode(name))
+                cfg.write(name, data, default_mode=_mode(name))
             written.append(name)
             kill_point(f"after-write:{name}")
             if entry is not None:
-                failed = state.path / journal.JOURNAL_FILE
+                failed = str(state.path / journal.JOURNAL_FILE)
                 entry.written.append(name)
                 journal.save(state, entry)
     except OSError as exc:
-        _rollback(cdir, written, live)
+        _rollback(cfg, written, live)
         if entry is not None:
             journal.clear(state)
         raise TargetError(f"writing {failed} failed: {exc.strerror or exc}; files rolled back") from None
@@ -417,7 +432,7 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
                 mismatches = verify()
                 why = "; ".join(mismatches) if mismatches else None
         if why is not None:
-            _rollback(cdir, written, live)
+            _rollback(cfg, written, live)
             kill_point("after-rollback")
             restored = _reload(intent) is None if written else True
             kill_point("after-rollback-reload")
@@ -432,7 +447,7 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
             raise TargetError(f"reload `{' '.join(intent.slurm.reload)}` rejected: {why}; the files were rolled "
                               f"back and {state_note}{log}",
                               hint="fix the cause, or use --no-reload to write files without reloading")
-    state.write_record(AppliedRecord(str(cdir), {n: digest(d) for n, d in desired_files.items()}, blocks,
+    state.write_record(AppliedRecord(str(intent.slurm.config_dir), {n: digest(d) for n, d in desired_files.items()}, blocks,
                                      now_rfc3339(), __version__, imex_addresses))
     kill_point("after-record")
     if entry is not None:
@@ -440,9 +455,14 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
     return ApplyResult(tuple(written), reload, backup)
 
 
-def recover(intent: Intent, state: StateDir, *, reload: bool, offline: bool) -> str | None:
-    """Undo an apply that was killed half-way, as found in the state dir's journal; the caller
-    holds the state dir's lock, and calls this before reading anything for a plan.
+def recover(intent: Intent, held: Held, *, reload: bool, offline: bool) -> str | None:
+    """Undo an apply that was killed half-way, as found in the state dir's journal; ``held``:
+    the state dir's lock, held (the token ``StateDir.lock`` yields), and this is called before
+    anything is read for a plan.
+
+    It acts only on this intent's managed files in its config dir, and restores only from a
+    backup in the state dir whose bytes have the journal's digests (``journal.read`` refuses a
+    journal naming anything else, and then nothing is changed).
 
     Rolls back rather than completing: the new files were never verified against the running
     controller, and the apply that follows recovery writes and verifies them again anyway. Each
@@ -456,12 +476,15 @@ def recover(intent: Intent, state: StateDir, *, reload: bool, offline: bool) -> 
     verification succeeded): nothing is undone.
 
     Returns the one line saying what was found and done, None when no apply was interrupted.
-    Raises ``TargetError`` when a backup needed is missing or damaged (nothing is changed) or the
-    reload fails (the journal is kept, so the next run tries again), ``OSError`` when a file
-    cannot be restored.
+    Raises ``TargetError`` when the journal fails a check or a backup needed is missing or
+    damaged (nothing is changed) or the reload fails (the journal is kept, so the next run tries
+    again), ``OSError`` when a file cannot be restored; ``RuntimeError`` when ``held`` was released.
     """
+    if not held.active:
+        raise RuntimeError("recover needs the state dir's lock held")
+    state, cfg = held.state, SafeDir(intent.slurm.config_dir)
+    entry = journal.read(state, cfg.path, intent.slurm.managed_files)
     journal.sweep(state)
-    entry = journal.read(state)
     if entry is None:
         return None
     found = f"found {entry.describe()}"
@@ -469,24 +492,25 @@ def recover(intent: Intent, state: StateDir, *, reload: bool, offline: bool) -> 
         kill_point("recovery-before-clear")
         journal.clear(state)
         return f"{found}: it had finished (its apply record was written); nothing to undo"
-    cdir, backup = Path(entry.config_dir), state.path / entry.backup
     restore: list[tuple[str, bytes | None]] = []
     edited = []
     for name, (old, new) in entry.files.items():
-        now = digest(_read(DISK, cdir / name))
+        now = digest(_read_managed(cfg, name))
         if now == old:
             continue
         if now != new:
             edited.append(name)
             continue
-        restore.append((name, None if old is None else _backed_up(backup, name, old, entry)))
+        restore.append((name, None if old is None else _backed_up(state, name, old, entry)))
+    if restore:
+        check_private(cfg.path, what="Slurm config dir")
     for name, data in restore:  # every backup is read before the first file is touched
         if data is None:
-            (cdir / name).unlink(missing_ok=True)
+            cfg.unlink(name, missing_ok=True)
         else:
-            atomic_write(cdir / name, data, default_mode=_mode(name))
+            cfg.write(name, data, default_mode=_mode(name))
         kill_point(f"recovery-after-restore:{name}")
-    _remove_temp_files(cdir, list(entry.files))
+    _remove_temp_files(cfg, list(entry.files))
     line = f"{found}: rolled back {len(restore)} of {len(entry.files)} files to the version before it"
     if edited:
         line += f"; left {', '.join(edited)} as found (edited since: neither the old nor the new version)"
@@ -510,16 +534,16 @@ def recover(intent: Intent, state: StateDir, *, reload: bool, offline: bool) -> 
     return line
 
 
-def interrupted(state: StateDir) -> Diagnostic | None:
+def interrupted(intent: Intent, state: StateDir) -> Diagnostic | None:
     """An error diagnostic when the state dir holds the journal of an apply killed half-way
     (None otherwise), for the read-only commands: they plan from the files as found and never
     recover (``recover`` does, under ``apply`` and ``reconcile --mode apply``). Raises
     ``TargetError`` when the journal or a managed file cannot be read."""
-    entry = journal.read(state)
+    cfg = SafeDir(intent.slurm.config_dir)
+    entry = journal.read(state, cfg.path, intent.slurm.managed_files)
     if entry is None:
         return None
-    cdir = Path(entry.config_dir)
-    new = sorted(n for n, (old, want) in entry.files.items() if digest(_read(DISK, cdir / n)) == want != old)
+    new = sorted(n for n, (old, want) in entry.files.items() if digest(_read_managed(cfg, n)) == want != old)
     reload = "had started" if entry.reload_started else "had not started"
     return Diagnostic(ERROR, "interrupted-apply", f"{entry.describe()} left the Slurm files half-applied: "
                       f"{len(new)} of {len(entry.files)} in the new version ({', '.join(new) or 'none'}), its reload "
@@ -527,29 +551,31 @@ def interrupted(state: StateDir) -> Diagnostic | None:
                       "rolls them back first", journal.JOURNAL_FILE)
 
 
-def _backed_up(backup: Path, name: str, expected: str, entry: journal.Journal) -> bytes:
-    """The bytes the backup holds for ``name``, checked against the journal's digest. Raises
-    ``TargetError`` when missing or different (the backup was removed or damaged)."""
+def _backed_up(state: StateDir, name: str, expected: str, entry: journal.Journal) -> bytes:
+    """The bytes the journal's backup (in ``state``, opened without following links) holds for
+    ``name``, checked against the journal's digest. Raises ``TargetError`` when missing, a link
+    or different (the backup was removed, replaced or damaged)."""
+    rel = f"{entry.backup}/{name}"
     try:
-        data = (backup / name).read_bytes()
-    except OSError as exc:
-        data, why = None, exc.strerror or str(exc)
-    else:
-        why = "its digest differs from the journal's"
+        data = state.files.read(rel, what="backup", max_bytes=MAX_SLURM_FILE_BYTES, error=ValueError)
+        why = os.strerror(errno.ENOENT) if data is None else "its digest differs from the journal's"
+    except ValueError as exc:
+        data, why = None, str(exc)
     if data is None or digest(data) != expected:
-        raise TargetError(f"cannot roll back {entry.describe()}: the backup of {name} ({backup / name}) is unusable "
+        raise TargetError(f"cannot roll back {entry.describe()}: the backup of {name} ({state.path / rel}) is unusable "
                           f"({why}); nothing was changed",
                           hint=f"restore {name} by hand ({expected} in the journal), then move "
                           f"{journal.JOURNAL_FILE} out of the state dir")
     return data
 
 
-def _remove_temp_files(cdir: Path, names: list[str]) -> None:
-    """Remove the temp files of ``atomic_write`` a killed apply left beside managed files."""
-    for name in names:
-        target = written_path(cdir / name)
-        for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+def _remove_temp_files(cfg: SafeDir, names: list[str]) -> None:
+    """Remove the temp files of ``SafeDir.write`` a killed apply left beside managed files (a
+    link of that name is removed itself)."""
+    prefixes = tuple(f".{name}." for name in names)
+    for entry in cfg.listdir():
+        if entry.startswith(prefixes) and entry.endswith(".tmp"):
+            cfg.unlink(entry, missing_ok=True)
 
 
 def _reload(intent: Intent) -> str | None:
@@ -570,10 +596,10 @@ def _mode(name: str) -> int:
     return 0o755 if name.endswith(".sh") else 0o644
 
 
-def _rollback(cdir: Path, written: list[str], live: LiveSlurm) -> None:
+def _rollback(cfg: SafeDir, written: list[str], live: LiveSlurm) -> None:
     for name in written:
         old = live.files.get(name)
         if old is None:
-            (cdir / name).unlink(missing_ok=True)
+            cfg.unlink(name, missing_ok=True)
         else:
-            atomic_write(cdir / name, old, default_mode=_mode(name))
+            cfg.write(name, old, default_mode=_mode(name))
