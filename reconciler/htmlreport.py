@@ -23,7 +23,7 @@ import jinja2
 from . import __version__
 from .plan import Plan
 from .rackview import HEALTHY, FleetView, RackView, TrayView
-from .report import summary_line
+from .report import TAKEN_OVER_TITLE, reload_line, summary_line, taken_over
 
 #: Slice colours in the palette (the n-th slice of a rack takes colour n modulo this).
 COLOURS = 8
@@ -38,7 +38,8 @@ def render_html(view: FleetView, plan: Plan) -> str:
     return template.render(
         version=__version__, view=view, totals=view.totals(), summary=summary_line(plan),
         unplaced=", ".join(view.unplaced[:20]) + (" ..." if len(view.unplaced) > 20 else ""),
-        stale=plan.stale_inventory, attention=attention, drift=plan.drift, changes=plan.changes,
+        stale=plan.stale_inventory, taken_over=taken_over(plan), taken_over_title=TAKEN_OVER_TITLE,
+        reload=reload_line(plan), attention=attention, drift=plan.drift, changes=plan.changes,
         diagnostics=[d for d in plan.diagnostics if d.code != "node-drain"],  # shown on their trays
         colours=COLOURS, legend_colours=min(max((len(r.slices) for r in view.racks), default=0), COLOURS),
         compact=len(view.racks) > COMPACT_RACKS, tray_class=_tray_class)

@@ -4,6 +4,7 @@ same data as the JSON plan."""
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import yaml
@@ -116,7 +117,31 @@ def summary_line(plan: Plan) -> str:
             tail = f"{s[key]} node(s) {label}, " + tail
     if s["drift"]:
         tail = f"{s['drift']} drifted item(s), " + tail
+    if plan.taken_over:
+        tail = f"{len(plan.taken_over)} file(s) taken over (apply needs --take-over), " + tail
     return f"Plan: {head}. {tail}."
+
+
+def reload_line(plan: Plan) -> str:
+    """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``; empty when
+    apply runs no reload command."""
+    if plan.reload is None:
+        return ""
+    return f"Reload: apply runs `{shlex.join(plan.reload)}` after writing the Slurm files."
+
+
+def taken_over(plan: Plan) -> list[tuple[str, str]]:
+    """(path, "replaced" | "removed") of each file the plan takes over."""
+    return [(c.taken_over, "removed" if c.action == "delete" else "replaced") for c in plan.taken_over]
+
+
+TAKEN_OVER_TITLE = ("Taken over (files in the Slurm config dir that rackctl has no record of writing; apply "
+                    "needs --take-over):")
+
+
+def _change_line(c) -> str:
+    taken = f", taken over: {c.taken_over}" if c.taken_over else ""
+    return f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}{taken}): {c.reason}"
 
 
 def _targets(plan: Plan) -> str:
@@ -155,14 +180,18 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Drift (changed outside rackctl since the last apply):")
         out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
         out.append("")
+    if plan.taken_over:
+        out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
     if plan.resource_changes or plan.file_changes or plan.controller_changes:
         out.append("Changes:")
         for c in plan.resource_changes + plan.controller_changes:
-            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out.append(_change_line(c))
         for c in plan.file_changes:
-            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out.append(_change_line(c))
             out += ["      " + line for line in _file_diff(c)]
         out.append("")
+    if plan.reload is not None:
+        out += [reload_line(plan), ""]
     out += _kube_text(plan)
     out += _controller_text(plan)
     if plan.node_states:
@@ -217,6 +246,11 @@ def _controller_text(plan: Plan) -> list[str]:
 def _markdown(plan: Plan, command: str) -> str:
     out = [f"### rackctl {command}: `{plan.cluster}`", "", _targets(plan), "", f"**{summary_line(plan)}**", ""]
     out += [f"> [!WARNING]\n> Inventory: {d.message}\n" for d in plan.stale_inventory]
+    if plan.taken_over:
+        out += ["> [!CAUTION]", f"> {TAKEN_OVER_TITLE}"] + [f"> - `{path}` ({verb})" for path, verb in taken_over(plan)]
+        out.append("")
+    if plan.reload is not None:
+        out += [reload_line(plan), ""]
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
         out += [f"| `{d['address']}` | {d['detail']} |" for d in plan.drift]
@@ -224,7 +258,8 @@ def _markdown(plan: Plan, command: str) -> str:
     if plan.resource_changes or plan.file_changes:
         out += ["#### Changes", "", "| | address | action | cause | reason |", "|---|---|---|---|---|"]
         for c in plan.resource_changes + plan.file_changes:
-            out.append(f"| {_MARK[c.action]} | `{c.address}` | {c.action} | {c.cause} | {c.reason} |")
+            cause = f"{c.cause}, **taken over** (`{c.taken_over}`)" if c.taken_over else c.cause
+            out.append(f"| {_MARK[c.action]} | `{c.address}` | {c.action} | {cause} | {c.reason} |")
         out.append("")
         for c in plan.file_changes:
             out += [f"<details><summary>{c.address}</summary>", "", "```diff", *_file_diff(c), "```",
