@@ -146,9 +146,10 @@ class StateDir:
 
     def read_adopted(self, config_dir: Path) -> dict[str, str] | None:
         """The managed files ``rackctl import`` adopted in ``config_dir``: name -> digest; None
-        when it adopted none there. Raises ``TargetError`` when the record cannot be read."""
+        when it adopted none there (the dir compared once resolved: import and the intent it
+        writes may name it differently). Raises ``TargetError`` when the record cannot be read."""
         def build(doc: dict[str, Any]) -> dict[str, str] | None:
-            if doc["format"] != RECORD_FORMAT or doc["configDir"] != str(config_dir):
+            if doc["format"] != RECORD_FORMAT or doc["configDir"] != str(config_dir.resolve()):
                 return None
             files = doc["files"]
             if not isinstance(files, dict) or not all(isinstance(d, str) and _DIGEST.fullmatch(d)
@@ -161,7 +162,7 @@ class StateDir:
 
     def write_adopted(self, config_dir: Path, files: dict[str, str]) -> None:
         """Record that ``rackctl import`` adopted ``files`` (name -> digest) in ``config_dir``."""
-        doc = {"format": RECORD_FORMAT, "configDir": str(config_dir), "adoptedAt": now_rfc3339(),
+        doc = {"format": RECORD_FORMAT, "configDir": str(config_dir.resolve()), "adoptedAt": now_rfc3339(),
                "rackctlVersion": __version__, "files": dict(sorted(files.items()))}
         atomic_write(self.path / "adopted.json", (json.dumps(doc, indent=1) + "\n").encode(), default_mode=0o600)
 
