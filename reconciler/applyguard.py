@@ -39,5 +39,5 @@ def check(run: pipeline.Run, *, take_over: bool) -> None:
         paths = ", ".join(c.taken_over for c in taken)
         raise RackctlError(f"apply would take over {len(taken)} file(s) in the Slurm config dir that rackctl has "
                            f"no record of writing: {paths}; nothing was applied",
-                           hint="review their diffs above, then apply with --take-over to replace (or remove) them (each is "
-                           "backed up in the state dir first); `rackctl import` adopts a config dir without it")
+                           hint="review their diffs above, then apply with --take-over to replace (or remove) them "
+                           "(each is backed up in the state dir first); `rackctl import` adopts a config dir without it")

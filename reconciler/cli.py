@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import (__version__, applyguard, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync, outputs, pipeline,
-               report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, applyguard, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync,
+               outputs, pipeline, report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser

@@ -1,10 +1,10 @@
 """The rack report: one self-contained HTML page of the fleet (``rackctl report``). Pure.
 
 Every rack is a column of its trays, coloured by slice, labelled with host and tier(s), marked
-when missing, drained, pending or drifted; beside it the plan: its summary line, the trays to look
-at, drift, the changes and the diagnostics (the same data as the JSON plan; file diffs stay in
-``rackctl plan``). Inline CSS only: no script, font, image or any other URL, and a
-Content-Security-Policy that would block them. Every text is escaped (jinja2 autoescape): host
+when missing, drained, pending or drifted; beside it the plan: its summary line, the files it
+takes over and the reload command apply runs, the trays to look at, drift, the changes and the
+diagnostics (the same data as the JSON plan; file diffs stay in ``rackctl plan``). Inline CSS
+only: no script, font, image or any other URL, and a Content-Security-Policy that would block them. Every text is escaped (jinja2 autoescape): host
 names, reasons and messages come from the inventory and the targets.
 
 Cost: linear in trays, changes and diagnostics. A tray is one ``<li>`` of about 55 bytes
