@@ -104,14 +104,14 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{'note' if d.severity == INFO else 'warning'}: {d.message}", file=sys.stderr)
     for d in result.first_plan:
         print(f"first plan: {d.message}", file=sys.stderr)
+    if adopted:
+        print(f"Adopted {', '.join(adopted)} of {display_path(cfg.live.config_dir)}: recorded in "
+              f"{display_path(state.path / 'adopted.json')}, so apply replaces them without --take-over.",
+              file=sys.stderr)
     changes = sum(d.severity != INFO for d in result.first_plan)
     print(f"Wrote {args.out}: cluster {draft.name}, {len(draft.racks)} rack(s), {len(draft.tiers)} tier(s), "
           f"maxJobSpan {result.span}. Its first plan against {args.slurm_config_dir} "
           + (f"shows the {changes} change(s) or error(s) listed above." if changes else
              "changes no block or partition" + (" (comment lines only, see above)." if result.first_plan else "."))
           , file=sys.stderr)
-    if adopted:
-        print(f"Adopted {', '.join(adopted)} of {display_path(cfg.live.config_dir)}: recorded in "
-              f"{display_path(state.path / 'adopted.json')}, so apply replaces them without --take-over.",
-              file=sys.stderr)
     return 0

@@ -65,6 +65,15 @@ def config_dir_for(example: str, tmp: Path) -> Path:
     return cfg
 
 
+def write_slurm_conf(cfg: Path, nodes: str, include: str = "rackctl.conf") -> Path:
+    """Create the config dir ``cfg`` holding a slurm.conf that apply accepts for the hosts
+    ``nodes`` (a Slurm hostlist): topology/block, configless (per-job IMEX), ``Include include``."""
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "slurm.conf").write_text(f"TopologyPlugin=topology/block\nSlurmctldParameters=enable_configless\n"
+                                    f"NodeName={nodes} CPUs=144\nInclude {include}\n")
+    return cfg
+
+
 def copy_example(example: str, dest: Path) -> Path:
     """Copy the whole example (intent, inventory, slurm/) to ``dest``; return the intent path."""
     shutil.copytree(EXAMPLES_DIR / example, dest)

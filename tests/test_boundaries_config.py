@@ -44,7 +44,8 @@ def site(tmp_path, monkeypatch):
     """The example in ``tmp_path/site`` (run from there: plans name ``slurm/...``), its reload
     a command that succeeds, its state dir ``tmp_path/state``."""
     intent = copy_example(EXAMPLE, tmp_path / "site")
-    intent.write_text(intent.read_text().replace('reload: ["scontrol", "reconfigure"]', f"reload: {json.dumps(RELOAD)}"))
+    text = intent.read_text().replace('reload: ["scontrol", "reconfigure"]', f"reload: {json.dumps(RELOAD)}")
+    intent.write_text(text)
     monkeypatch.chdir(intent.parent)
     return Site(intent, tmp_path / "state")
 
@@ -184,11 +185,13 @@ def test_after_import_the_first_apply_needs_no_take_over(site, tmp_path, capsys)
     assert site.run(capsys, "apply", "--state-dir", tmp_path / "elsewhere", state=False).rc == 0
     site.edit('maxTime: "2-00:00:00"', 'maxTime: "3-00:00:00"')  # a change for the first apply to make
     refused = site.run(capsys, "apply")
-    assert refused.rc == 1 and refused.err.startswith("error: apply would take over 1 file(s) in the Slurm config dir "
-                                                      "that rackctl has no record of writing: slurm/rackctl.conf;"), refused
+    assert refused.rc == 1, refused
+    assert refused.err.startswith("error: apply would take over 1 file(s) in the Slurm config dir that rackctl has "
+                                  "no record of writing: slurm/rackctl.conf;"), refused
 
-    imported = run_main(capsys, "import", "--slurm-config-dir", site.cfg, "--inventory", site.intent.parent / "inventory",
-                        "--out", tmp_path / "imported.yaml", "--state-dir", site.state)
+    imported = run_main(capsys, "import", "--slurm-config-dir", site.cfg, "--inventory",
+                        site.intent.parent / "inventory", "--out", tmp_path / "imported.yaml", "--state-dir",
+                        site.state)
     assert imported.rc == 0, imported
     adopted = json.loads((site.state / CLUSTER / "adopted.json").read_text())
     assert adopted["configDir"] == str(site.cfg.resolve())
@@ -246,7 +249,8 @@ def test_every_plan_view_names_the_reload_command_apply_runs(site, capsys):
     assert json.loads(site.run(capsys, "plan", "--format", "json").out)["reload"] == RELOAD
     assert f"\n{line}\n" in site.run(capsys, "plan").out
     assert f"\n{line}\n" in site.run(capsys, "plan", "--format", "markdown").out
-    assert '<p class="reload">Reload: apply runs `sh -c &#39;exit 0&#39;` after writing' in site.run(capsys, "report").out
+    html = site.run(capsys, "report").out
+    assert '<p class="reload">Reload: apply runs `sh -c &#39;exit 0&#39;` after writing the Slurm files.</p>' in html
     applied = site.run(capsys, "apply")
     assert applied.rc == 0 and f"\n{line}\n" in applied.out, applied
 
