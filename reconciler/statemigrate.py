@@ -44,8 +44,8 @@ def open_state(flag: str | None, cluster: str, note: Note = to_stderr) -> StateD
     ``default_state_dir()``, after moving root's old XDG folder there when due (see the module).
 
     Raises ``InputError`` for a relative ``$RACKCTL_STATE_DIR``, ``TargetError`` when the old
-    folder's lock is held (another run is using it), ``OSError`` when the move fails (the old
-    folder is then left whole: a rename is atomic, a copy is renamed into place only when done)."""
+    folder's lock is held (another run is using it), ``OSError`` when the move fails (a rename is
+    atomic; a copy takes the new place only once it is whole)."""
     if flag:
         return StateDir(Path(flag), cluster)
     root = default_state_dir()
@@ -71,7 +71,7 @@ def _migrate(old: Path, new: Path) -> tuple[str, str] | None:
         return ("state-dir-not-migrated", f"not migrating {old} to {new}: {why}; only a folder no other user "
                 "could write is moved into root's state")
     with StateDir(old.parent, old.name).lock():
-        if os.path.lexists(new):  # another run moved it while this one waited for nothing
+        if os.path.lexists(new):  # another run moved it between the check and the lock
             return None
         new.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:

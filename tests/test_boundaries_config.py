@@ -372,6 +372,21 @@ def test_a_migration_across_file_systems_copies_then_removes(site, root_default,
     assert sorted(p.name for p in root.iterdir()) == [CLUSTER]  # no copy left half-way
 
 
+def test_an_old_state_dir_beside_an_existing_one_is_left_and_named(site, root_default, capsys):
+    root, home = root_default
+    old = _old_state(home)
+    # A hand-run apply kept the XDG default; the timer, with --state-dir /var/lib/rackctl, applied since.
+    assert site.run(capsys, "apply", "--state-dir", old, state=False).rc == 0
+    site.edit('maxTime: "2-00:00:00"', 'maxTime: "3-00:00:00"')
+    assert site.run(capsys, "apply", "--state-dir", root, "--take-over", state=False).rc == 0
+    record = (old / CLUSTER / "applied.json").read_bytes()
+    res = site.run(capsys, "plan", state=False)
+    assert res.rc == 0, res
+    assert res.err == (f"warning: {old / CLUSTER} is no longer used: the state dir is {root / CLUSTER}, which exists "
+                       "already; move the old folder away once you have checked it\n")
+    assert (old / CLUSTER / "applied.json").read_bytes() == record
+
+
 def test_a_state_dir_another_user_could_write_is_not_migrated(site, root_default, capsys):
     root, home = root_default
     old = _old_state(home)
