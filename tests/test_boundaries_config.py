@@ -228,7 +228,7 @@ def test_a_saved_plan_carries_the_take_over(site, tmp_path, capsys):
     assert res.rc == 1 and res.err == TAKE_OVER_ERROR, res
     assert (site.cfg / "topology.conf").read_bytes() == HAND_KEPT
 
-    # Striping the mark from the file does not make a plan that takes nothing over.
+    # Stripping the mark from the file does not make a plan that takes nothing over.
     doc = json.loads(planfile.read_text())
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps({**doc, "changes": [{k: v for k, v in c.items() if k != "taken_over"}
