@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import (__version__, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync, outputs, pipeline,
-               report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, applyguard, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync,
+               outputs, pipeline, report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -22,7 +22,8 @@ from .nodestates import RESLICE_REASON
 from .plan import FORMAT_VERSION
 from .reconcilecmd import add_reconcile_parser
 from .simulate import SELECTORS, SimSpec, intent_yaml, simulate
-from .statedir import Held, StateDir, default_state_dir, lock_timeout_s
+from .statedir import Held, StateDir, lock_timeout_s
+from .statemigrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 from .targets import slurm as slurm_target
 from .targets import slurm_controller
 from .untrusted import shown
@@ -246,7 +247,7 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
     c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
     c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
     c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
-                   "both targets, health history); default $XDG_STATE_HOME/rackctl")
+                   f"both targets, health history); {STATE_DIR_DEFAULT}")
     c.add_argument("--offline", action="store_true", help="do not read the running controller (scontrol) "
                    "or the Kubernetes API server: plan from the files alone; node drains are listed, not "
                    "applied; Kubernetes objects are rendered into the JSON plan, not compared")
@@ -273,6 +274,9 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
                        "drain them now and apply the re-slice on a later pass, once they are idle")
         c.add_argument("--allow-stale-inventory", action="store_true", help="apply even when the inventory is "
                        "older than inventory.maxAge, skewed, or missing more than inventory.maxMissingShare")
+        c.add_argument("--take-over", action="store_true", help="replace (or remove) managed files in the Slurm "
+                       "config dir that rackctl has no record of writing or importing: the plan marks them "
+                       "\"taken over\"; each is backed up in the state dir first (default: refused, nothing written)")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -407,7 +411,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     kube = _kube_options(args)
     with state.lock(timeout_s=lock_timeout_s(args.lock_timeout)) as held:  # before reading: the plan cannot go stale
         recover_interrupted(args, intent, held)
-        run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
+        run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive,
+                       reload=not args.no_reload)
         if saved is not None:
             savedplan.check_current(saved, run.plan, confirmed_destructive=args.confirmed_destructive)
         return apply_run(args, run, kube, saved=saved)
@@ -451,6 +456,7 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
         sys.stdout.write(report.render(plan, "text"))
         raise RackctlError("the inventory is stale or incomplete (see above); nothing was applied",
                            hint="re-collect the reports, or pass --allow-stale-inventory to apply anyway")
+    applyguard.check(run, take_over=args.take_over)
     busy = plan.controller.busy if plan.controller is not None and plan.file_changes else []
     if busy:
         return _busy_reslice(args, run, busy)
@@ -470,7 +476,7 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
                 return EXIT_ERROR
             # The prompt may have waited for hours: what it showed is read again before anything is written.
             now = _compute(_intent(args), run.state, offline=args.offline, kube=kube,
-                           allow_destructive=args.allow_destructive)
+                           allow_destructive=args.allow_destructive, reload=not args.no_reload)
             savedplan.check_unmoved(plan, now.plan, (run.live, now.live), intent)
     if intent.slurm_enabled:
         _apply_slurm(args, run)
@@ -641,7 +647,7 @@ def _intent(args: argparse.Namespace) -> Intent:
 
 
 def _state(args: argparse.Namespace, intent: Intent) -> StateDir:
-    return StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    return open_state(args.state_dir, intent.name)
 
 
 if __name__ == "__main__":  # pragma: no cover

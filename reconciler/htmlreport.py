@@ -1,13 +1,13 @@
 """The rack report: one self-contained HTML page of the fleet (``rackctl report``). Pure.
 
 Every rack is a column of its trays, coloured by slice, labelled with host and tier(s), marked
-when missing, drained, pending or drifted; beside it the plan: its summary line, the trays to look
-at, drift, the changes and the diagnostics (the same data as the JSON plan; file diffs stay in
-``rackctl plan``). Inline CSS only: no script, font, image or any other URL, and a
-Content-Security-Policy that would block them. Every text is escaped (jinja2 autoescape; no
-``|safe`` or ``Markup`` anywhere) and made inert and capped line by line (``untrusted.shown``, the
-environment's ``finalize``): host names, reasons and messages come from the inventory and the
-targets.
+when missing, drained, pending or drifted; beside it the plan: its summary line, the files it
+takes over and the reload command apply runs, the trays to look at, drift, the changes and the
+diagnostics (the same data as the JSON plan; file diffs stay in ``rackctl plan``). Inline CSS
+only: no script, font, image or any other URL, and a Content-Security-Policy that would block
+them. Every text is escaped (jinja2 autoescape; no ``|safe`` or ``Markup`` anywhere) and made
+inert and capped line by line (``untrusted.shown``, the environment's ``finalize``): host names,
+reasons and messages come from the inventory and the targets.
 
 Cost: linear in trays, changes and diagnostics. A tray is one ``<li>`` of about 55 bytes
 (host, tiers, a class naming its slice colour and state; a ``title`` only on marked trays), about
@@ -25,7 +25,7 @@ import jinja2
 from . import __version__
 from .plan import Plan
 from .rackview import HEALTHY, FleetView, RackView, TrayView
-from .report import summary_line
+from .report import TAKEN_OVER_TITLE, reload_line, summary_line, taken_over
 from .untrusted import shown
 
 #: Slice colours in the palette (the n-th slice of a rack takes colour n modulo this).
@@ -41,7 +41,8 @@ def render_html(view: FleetView, plan: Plan) -> str:
     return template.render(
         version=__version__, view=view, totals=view.totals(), summary=summary_line(plan),
         unplaced=", ".join(view.unplaced[:20]) + (" ..." if len(view.unplaced) > 20 else ""),
-        stale=plan.stale_inventory, attention=attention, drift=plan.drift, changes=plan.changes,
+        stale=plan.stale_inventory, taken_over=taken_over(plan), taken_over_title=TAKEN_OVER_TITLE,
+        reload=reload_line(plan), attention=attention, drift=plan.drift, changes=plan.changes,
         diagnostics=[d for d in plan.diagnostics if d.code != "node-drain"],  # shown on their trays
         colours=COLOURS, legend_colours=min(max((len(r.slices) for r in view.racks), default=0), COLOURS),
         compact=len(view.racks) > COMPACT_RACKS, tray_class=_tray_class)

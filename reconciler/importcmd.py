@@ -22,13 +22,20 @@ from .diagnostics import INFO, Diagnostic
 from .errors import InputError
 from .fabric import build_fabric
 from .inventory.store import load_inventory
+from .statedir import digest
+from .statemigrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 from .untrusted import shown
+from .yamlsource import display_path
 
 IMPORT_HELP = """\
 Writes an intent that reproduces a running cluster's Slurm topology and partitions, so that the
 first `rackctl plan` of a cluster rackctl did not set up is empty. Reads the config dir (never
 writes it): topology.conf, or topology.yaml on Slurm 25.05+; rackctl's include file, else the
 PartitionName= lines of slurm.conf and the files it includes; and the inventory (NodeReports).
+
+The managed files it found (the topology and include files, per-job IMEX scripts) are recorded
+as adopted in the state dir (--state-dir, as for apply), so that the first apply replaces them
+without --take-over; a file changed after the import shows as drift.
 
 Racks are the NVLink domains of the live blocks, named after the blocks where the names allow
 (r01-s0 -> rack r01) and selected by their hosts, or by cluster UUID when the block names carry
@@ -56,6 +63,8 @@ def add_import_parser(sub, make_sub) -> None:
                    "else slurm.conf's ClusterName)")
     p.add_argument("--version", dest="slurm_version", metavar="X.Y", help="the Slurm release the controller runs "
                    "(default 24.11; 25.05 when the config dir holds only a topology.yaml)")
+    p.add_argument("--state-dir", metavar="DIR", help="where the adoption of the config dir's files is recorded "
+                   f"(the state dir apply uses); {STATE_DIR_DEFAULT}")
     p.add_argument("--select", choices=SELECTS, default="auto", help="rack selector: hosts, clusterUUID, or auto "
                    "(default: clusterUUID where the live block names carry it, else hosts)")
     p.set_defaults(func=cmd_import)
@@ -63,7 +72,8 @@ def add_import_parser(sub, make_sub) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     for flag, value in (("--slurm-config-dir", args.slurm_config_dir), ("--inventory", args.inventory),
-                        ("--out", args.out), ("--name", args.name), ("--version", args.slurm_version)):
+                        ("--out", args.out), ("--name", args.name), ("--version", args.slurm_version),
+                        ("--state-dir", args.state_dir)):
         if value == "":
             raise InputError("an empty value", field=flag)
     out, inventory, given = Path(args.out), Path(args.inventory), Path(args.slurm_config_dir)
@@ -86,11 +96,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     paths = Paths(rel_inventory, config_dir, f"the Slurm config dir {args.slurm_config_dir} and the inventory "
                   f"{args.inventory}")
     result = adopt(draft, fabric, out, paths)
-    atomic_write(out, result.text.encode())
+    adopted = {name: digest(data) for name, data in cfg.live.files.items() if data is not None}
+    state = open_state(args.state_dir, draft.name)
+    with state.lock():  # an apply writing its record meanwhile would make this one a lie
+        atomic_write(out, result.text.encode())
+        state.write_adopted(cfg.live.config_dir, adopted)
     for d in result.findings:
         print(shown(f"{'note' if d.severity == INFO else 'warning'}: {d.message}"), file=sys.stderr)
     for d in result.first_plan:
         print(shown(f"first plan: {d.message}"), file=sys.stderr)
+    if adopted:
+        print(f"Adopted {', '.join(adopted)} of {display_path(cfg.live.config_dir)}: recorded in "
+              f"{display_path(state.path / 'adopted.json')}, so apply replaces them without --take-over.",
+              file=sys.stderr)
     changes = sum(d.severity != INFO for d in result.first_plan)
     print(f"Wrote {args.out}: cluster {draft.name}, {len(draft.racks)} rack(s), {len(draft.tiers)} tier(s), "
           f"maxJobSpan {result.span}. Its first plan against {args.slurm_config_dir} "

@@ -70,7 +70,8 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
 
 def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
             show_users: bool = False, kube: KubeOptions = KubeOptions(), snapshot: LiveSnapshot | None = None,
-            inventory_progress: Callable[[int, int], None] | None = None, allow_destructive: bool = False) -> Run:
+            inventory_progress: Callable[[int, int], None] | None = None, allow_destructive: bool = False,
+            reload: bool = True) -> Run:
     """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
     The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
@@ -80,7 +81,9 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     ``show_users``: name the owners of running jobs in the plan. ``inventory_progress(done,
     total)``: told as the inventory is read (``load_inventory``'s ``on_progress``).
     ``allow_destructive``: a plan above ``policy.blastRadius`` gets a warning, not an error
-    (``blastradius``). Raises ``InputError``/``TargetError`` for unreadable or invalid input."""
+    (``blastradius``). ``reload``: whether an apply of this plan runs the reload command (False:
+    ``--no-reload``; the plan then names none). Raises ``InputError``/``TargetError`` for
+    unreadable or invalid input."""
     now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
@@ -94,7 +97,7 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
                  if intent.kubernetes is not None and not offline and snapshot is None else None)
     try:
         return _compute(intent, state, now, offline, show_users, kube, snapshot, inventory_progress,
-                        allow_destructive, node_read)
+                        allow_destructive, node_read, reload)
     finally:
         if node_read is not None:
             node_read.cancel()
@@ -102,7 +105,7 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
 
 def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, show_users: bool, kube: KubeOptions,
              snapshot: LiveSnapshot | None, inventory_progress: Callable[[int, int], None] | None,
-             allow_destructive: bool, node_read: kubesync.NodeRead | None) -> Run:
+             allow_destructive: bool, node_read: kubesync.NodeRead | None, reload: bool) -> Run:
     inventory = provenance.Digest()
     nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()),
                            on_progress=inventory_progress)
@@ -110,10 +113,11 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     if intent.slurm_enabled:
         live = slurm_target.read_live(intent, snapshot.files(intent.slurm.config_dir) if snapshot else DISK)
         record = state.read_record(intent.slurm.config_dir)
+        adopted = state.read_adopted(intent.slurm.config_dir) if record is None else None
         desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
         files = render_slurm(intent, desired)
     else:  # the slices still come from the planner; no Slurm file is read or written
-        live, record = LiveSlurm(intent.slurm.config_dir, {}), None
+        live, record, adopted = LiveSlurm(intent.slurm.config_dir, {}), None, None
         desired = plan_slurm(intent, fabric, History())
         files = {}
     diags: list[Diagnostic] = list(desired.diagnostics)
@@ -162,7 +166,8 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                                provenance.where(intent.slurm.config_dir, intent.path) if intent.slurm_enabled else None,
                                offline, kube.force_conflicts, kube.prune_empty,
                                                snapshot.taken_at if snapshot else None, allow_destructive))
-    plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view)
+    plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view, adopted=adopted,
+                      reload=reload)
     plan.drift += imex_drift
     plan.show_users = show_users
     if kpass is not None:

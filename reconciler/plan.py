@@ -2,7 +2,10 @@
 
 Changes carry an action from a fixed set and a cause: ``intent`` (the intent or the fabric asks
 for it) or ``drift`` (someone changed a managed file outside rackctl since the last apply).
-Drift is also listed apart. The human views in ``report`` are rendered from this same data.
+Drift is also listed apart. A file change that replaces or removes a file rackctl has no record
+of writing (no apply record of this config dir lists it, nor an import's) *takes over* that file:
+``apply`` refuses it without ``--take-over``. The human views in ``report`` are rendered from this
+same data.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from . import __version__, hostlist, slurmconf
 from .controllercheck import ControllerView
 from .diagnostics import ERROR, WARNING, Diagnostic, has_errors
 from .freshness import STALE_CODES
-from .intent import Intent
+from .intent import Intent, SlurmTarget
 from .nodestates import NodePlan
 from .planner import DesiredSlurm
 from .provenance import Provenance
@@ -41,7 +44,8 @@ class Change:
     ``slurm/setting/KEY``, ``slurm/node/HOST`` (drain, resume), ``slurm/controller/reconfigure``
     (reload: files written, not loaded), ``kubernetes/Node/NAME`` (label update, taint, untaint,
     cordon, uncordon) or ``kubernetes/KIND/NAME`` (an object rackctl owns). ``diff``: a unified
-    diff for files and objects."""
+    diff for files and objects. ``taken_over``: the path of the file a file change takes over
+    (empty: rackctl wrote or adopted it, or it does not exist)."""
 
     kind: str
     address: str
@@ -49,12 +53,15 @@ class Change:
     cause: str
     reason: str
     diff: str = ""
+    taken_over: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {"kind": self.kind, "address": self.address, "action": self.action, "cause": self.cause,
                "reason": self.reason}
         if self.diff:
             out["diff"] = self.diff
+        if self.taken_over:
+            out["taken_over"] = self.taken_over
         return out
 
 
@@ -62,7 +69,9 @@ class Change:
 class Plan:
     """A whole plan. ``file_changes``, ``node_changes`` and ``controller_changes`` are what apply
     does (they decide the exit code); ``resource_changes`` explain the file changes.
-    ``controller``: the live controller's view, None when it was not read."""
+    ``controller``: the live controller's view, None when it was not read. ``reload``: the
+    command apply runs after writing (the intent's ``targets.slurm.reload``), None when it runs
+    none (no file to write or reload, errors, ``--no-reload``)."""
 
     cluster: str
     target: dict[str, Any] | None  # the Slurm target; None when it is off
@@ -79,6 +88,12 @@ class Plan:
     show_users: bool = False
     kubernetes: dict[str, Any] | None = None  # the Kubernetes target's view (KubePass.to_json)
     kubernetes_changes: list[Change] = field(default_factory=list)
+    reload: tuple[str, ...] | None = None
+
+    @property
+    def taken_over(self) -> list[Change]:
+        """File changes that replace or remove a file rackctl has no record of writing."""
+        return [c for c in self.file_changes if c.taken_over]
 
     @property
     def has_changes(self) -> bool:
@@ -139,6 +154,7 @@ class Plan:
             "target": self.target,
             "summary": self.summary(),
             "changes": [c.to_json() for c in self.changes],
+            "reload": list(self.reload) if self.reload is not None else None,
             "drift": self.drift,
             "node_states": self.node_states,
             "block_sizes": self.block_sizes,
@@ -150,31 +166,41 @@ class Plan:
 
 def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
                record: AppliedRecord | None, diagnostics: list[Diagnostic], nodes: NodePlan,
-               provenance: Provenance, controller: ControllerView | None = None) -> Plan:
+               provenance: Provenance, controller: ControllerView | None = None, *,
+               adopted: dict[str, str] | None = None, reload: bool = True) -> Plan:
     """Compare desired files with live ones; explain file changes as block/partition/setting
     changes; add this pass's node drains/resumes and, when the controller was read, a reload for
-    files written but not loaded. ``provenance``: what the run was made from."""
+    files written but not loaded. ``provenance``: what the run was made from.
+
+    What rackctl knows of the live files (name -> digest) comes from ``record`` (the last apply
+    in this config dir), else ``adopted`` (``rackctl import``'s record): a listed file that differs
+    is drift; an unlisted one that exists is taken over by the change that replaces or removes it.
+    ``reload``: whether apply runs the reload command (False: ``--no-reload``)."""
     file_changes: list[Change] = []
     drift: list[dict[str, str]] = []
     causes: dict[str, str] = {}
+    t = intent.slurm
+    known, since = ((record.files, "the last apply") if record is not None
+                    else (adopted, "the import") if adopted is not None else ({}, ""))
     for name, after in files.items():
         before = live.files.get(name)
-        hand_edited = record is not None and record.files.get(name) != digest(before)
+        hand_edited = known.get(name) not in (None, digest(before))
         if hand_edited:
             drift.append({"address": f"slurm/file/{name}", "cause": "drift",
-                          "detail": "changed outside rackctl since the last apply" if before is not None
-                          else "deleted outside rackctl since the last apply"})
+                          "detail": f"changed outside rackctl since {since}" if before is not None
+                          else f"deleted outside rackctl since {since}"})
         if before == after:
             continue
         cause = causes[name] = "drift" if hand_edited else "intent"
         action = "create" if before is None else "update"
         reason = {"create": "file does not exist", "update": "content differs from the desired file"}[action]
-        file_changes.append(Change("file", f"slurm/file/{name}", action, cause, reason, _diff(name, before, after)))
+        file_changes.append(Change("file", f"slurm/file/{name}", action, cause, reason, _diff(name, before, after),
+                                   _taken_over(t, name, before, known)))
     for name, before in live.files.items():
         if before is not None and name not in files:
             file_changes.append(Change("file", f"slurm/file/{name}", "delete", "intent",
-                                       "no longer rendered (per-job IMEX is off)", _diff(name, before, None)))
-    t = intent.slurm
+                                       "no longer rendered (per-job IMEX is off)", _diff(name, before, None),
+                                       _taken_over(t, name, before, known)))
     resources: list[Change] = []
     if t.topology_file in causes:
         topo, cause = live.files.get(t.topology_file), causes[t.topology_file]
@@ -192,7 +218,9 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
                                          "; ".join(controller.not_loaded)))
     for why in controller.not_loaded if controller is not None else ():
         drift.append({"address": "slurm/controller", "cause": "drift", "detail": why})
+    will_reload = intent.slurm_enabled and reload and bool(file_changes or controller_changes)
     return Plan(
+        reload=t.reload if will_reload and not has_errors(diagnostics) else None,
         cluster=intent.name,
         target={"kind": "slurm", "version": t.version_text, "configDir": display_path(t.config_dir),
                 "topologyFile": t.topology_file, "includeFile": t.include_file} if intent.slurm_enabled else None,
@@ -207,6 +235,12 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
         controller_changes=controller_changes,
         controller=controller,
     )
+
+
+def _taken_over(t: SlurmTarget, name: str, before: bytes | None, known: dict[str, str | None]) -> str:
+    """The path of ``name`` when a change to it takes it over: it exists and rackctl has no
+    record of writing or adopting it (``known``: name -> digest); else empty."""
+    return display_path(t.config_dir / name) if before is not None and known.get(name) is None else ""
 
 
 def _diff(name: str, before: bytes | None, after: bytes | None) -> str:

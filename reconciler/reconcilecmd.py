@@ -27,7 +27,7 @@ import time
 from collections import Counter as Tally
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
@@ -36,7 +36,8 @@ from . import gcpause, history, kubesync, leaselock, outputs, pipeline, report
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
 from .intent import Intent, duration_s, load_intent
-from .statedir import Held, StateDir, default_state_dir, lock_timeout_s
+from .statedir import Held, lock_timeout_s
+from .statemigrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 from .untrusted import shown
 
 EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
@@ -113,7 +114,7 @@ def add_reconcile_parser(sub, make_sub) -> None:
     h = make_sub(sub, "history", "show the recorded reconcile passes")
     h.description = HISTORY_HELP
     h.add_argument("-f", "--file", required=True, metavar="INTENT")
-    h.add_argument("--state-dir", metavar="DIR", help="rackctl state; default $XDG_STATE_HOME/rackctl")
+    h.add_argument("--state-dir", metavar="DIR", help=f"rackctl state; {STATE_DIR_DEFAULT}")
     h.add_argument("--limit", metavar="N", type=int, help="only the newest N passes")
     h.add_argument("--format", choices=("text", "json", "yaml"), default="text")
     h.set_defaults(func=cmd_history)
@@ -169,7 +170,7 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
             out.cluster = intent.name
         except (RackctlError, OSError) as exc:  # the intent changed under a loop: recorded under the last name
             intent, failure = None, exc
-        state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), out.cluster)
+        state = open_state(args.state_dir, out.cluster, log.note(out.cluster))
         with state.lock(timeout_s=lock_timeout_s(args.lock_timeout),
                         on_wait=lambda m: log.event("info", "lock-wait", out.cluster, message=m)) as held:
             lease = None
@@ -179,7 +180,7 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
                 with _leased(args, log, out.cluster) as lease:
                     _recover(args, log, intent, held)
                     run = pipeline.compute(intent, state, offline=args.offline, kube=kube,
-                                           allow_destructive=args.allow_destructive)
+                                           allow_destructive=args.allow_destructive, reload=not args.no_reload)
                     _plan_or_apply(args, kube, run, out)
             except leaselock.LeaseHeld:
                 raise  # as when the state dir is locked: nothing of this pass to record
@@ -328,6 +329,11 @@ class EventLog:
                              *(f"{k}={_text(v)}" for k, v in fields.items())])
         print(line, file=sys.stderr, flush=True)
 
+    def note(self, cluster: str) -> Callable[[str, str], None]:
+        """A ``statemigrate.Note`` that logs the state dir's migration as an event of ``cluster``."""
+        return lambda event, message: self.event("info" if event == "state-dir-migrated" else "warning", event,
+                                                 cluster, message=message)
+
 
 def _text(value: Any) -> str:
     """A field's value in a text event line: a word as it is, anything else (spaces, quotes, an
@@ -348,11 +354,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     if args.mode == "apply":
         check_apply_options(args, intent)
     kube = kubesync.KubeOptions(args.kubeconfig, args.context, args.force_conflicts, args.prune_empty)
-    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    log = EventLog(args.log_format)
+    state = open_state(args.state_dir, intent.name, log.note(intent.name))
     outputs.refuse_run_inputs(args.metrics_textfile, intent, state.path, field="--metrics-textfile")
     metrics = Metrics()
     metrics.seed(history.read(state))
-    log = EventLog(args.log_format)
     server = None
     if args.metrics_port is not None:
         address = args.metrics_address or "127.0.0.1"
@@ -455,7 +461,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.state_dir and not Path(args.state_dir).is_dir():
         raise InputError(f"{args.state_dir}: no such folder; expected the state dir reconcile ran with",
                          field="--state-dir")
-    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    state = open_state(args.state_dir, intent.name)
     entries = history.read(state)
     if args.limit is not None:
         entries = entries[-args.limit:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import shlex
 from typing import Any
 
 import yaml
@@ -131,7 +132,31 @@ def summary_line(plan: Plan) -> str:
             tail = f"{s[key]} node(s) {label}, " + tail
     if s["drift"]:
         tail = f"{s['drift']} drifted item(s), " + tail
+    if plan.taken_over:
+        tail = f"{len(plan.taken_over)} file(s) taken over (apply needs --take-over), " + tail
     return f"Plan: {head}. {tail}."
+
+
+def reload_line(plan: Plan) -> str:
+    """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``; empty when
+    apply runs no reload command."""
+    if plan.reload is None:
+        return ""
+    return f"Reload: apply runs `{shlex.join(plan.reload)}` after writing the Slurm files."
+
+
+def taken_over(plan: Plan) -> list[tuple[str, str]]:
+    """(path, "replaced" | "removed") of each file the plan takes over."""
+    return [(c.taken_over, "removed" if c.action == "delete" else "replaced") for c in plan.taken_over]
+
+
+TAKEN_OVER_TITLE = ("Taken over (files in the Slurm config dir that rackctl has no record of writing; apply "
+                    "needs --take-over):")
+
+
+def _change_line(c) -> str:
+    taken = f", taken over: {c.taken_over}" if c.taken_over else ""
+    return f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}{taken}): {c.reason}"
 
 
 def _targets(plan: Plan) -> str:
@@ -170,14 +195,18 @@ def _text(plan: Plan, command: str) -> str:
         out.append("Drift (changed outside rackctl since the last apply):")
         out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
         out.append("")
+    if plan.taken_over:
+        out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
     if plan.resource_changes or plan.file_changes or plan.controller_changes:
         out.append("Changes:")
         for c in plan.resource_changes + plan.controller_changes:
-            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out.append(_change_line(c))
         for c in plan.file_changes:
-            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out.append(_change_line(c))
             out += ["      " + line for line in _file_diff(c)]
         out.append("")
+    if plan.reload is not None:
+        out += [reload_line(plan), ""]
     out += _kube_text(plan)
     out += _controller_text(plan)
     if plan.node_states:
@@ -225,10 +254,17 @@ def _controller_text(plan: Plan) -> list[str]:
 
 def _markdown(plan: Plan, command: str) -> str:
     """The plan for a pull request: every value from the plan escaped (``untrusted``); cut to
-    ``_markdown_cut`` when it would not fit one comment."""
+    ``_markdown_cut`` when it would not fit one comment. The files taken over and the reload
+    command are in the head, which a cut keeps."""
     head = [f"### rackctl {command}: {code_span(plan.cluster)}", "", markdown(_targets(plan)), "",
             f"**{markdown(summary_line(plan))}**", ""]
     head += [f"> [!WARNING]\n> Inventory: {markdown(d.message)}\n" for d in plan.stale_inventory]
+    if plan.taken_over:
+        head += ["> [!CAUTION]", f"> {markdown(TAKEN_OVER_TITLE)}"]
+        head += [f"> - {code_span(path)} ({verb})" for path, verb in taken_over(plan)]
+        head.append("")
+    if plan.reload is not None:
+        head += [f"Reload: apply runs {code_span(shlex.join(plan.reload))} after writing the Slurm files.", ""]
     out = list(head)
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
@@ -263,7 +299,8 @@ _CHANGE_HEADER, _CHANGE_RULE = "| | address | action | cause | reason |", "|---|
 
 
 def _change_row(c) -> str:
-    return f"| {_MARK[c.action]} | {code_span(c.address)} | {c.action} | {c.cause} | {markdown(c.reason)} |"
+    cause = f"{c.cause}, **taken over** ({code_span(c.taken_over)})" if c.taken_over else c.cause
+    return f"| {_MARK[c.action]} | {code_span(c.address)} | {c.action} | {cause} | {markdown(c.reason)} |"
 
 
 def _diagnostic_row(d) -> str:

@@ -39,7 +39,8 @@ refused as stale by their digests; one that leads to a copy with the same bytes 
 intent names that very path, the plan is as made and its inventory (or config dir) is missing
 now; otherwise the plan file was edited, or planned with ``--inventory``/``--slurm-config-dir``
 at a path that has moved, and the refusal says "stale or edited", naming the field. A Slurm config
-dir the plan found missing (``config-dir-missing``) is not refused: apply creates it.
+dir the plan found missing (``config-dir-missing``) is not refused here: apply refuses it, as it
+refuses every config dir without slurm.conf (``applyguard``).
 """
 
 from __future__ import annotations

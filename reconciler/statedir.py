@@ -1,14 +1,16 @@
 """rackctl's own records, kept apart from the Slurm config dir: the apply lock, backups of
 replaced files and the record of what was last applied.
 
-Layout under the state dir (``--state-dir``, default ``$XDG_STATE_HOME/rackctl``, else
-``~/.local/state/rackctl``), one folder per cluster (the intent's ``metadata.name``)::
+Layout under the state dir (``--state-dir``, else ``$RACKCTL_STATE_DIR``, else ``/var/lib/rackctl``
+for root and ``$XDG_STATE_HOME/rackctl`` or ``~/.local/state/rackctl`` for other users; see
+``statemigrate.py``), one folder per cluster (the intent's ``metadata.name``)::
 
     <cluster>/                      flock(2) on this folder itself is the apply lock (a file
                                     removed or replaced cannot let a second apply in); made 0700,
                                     removed again by a holder that made it and added nothing
     <cluster>/lock                  "PID N on HOST since TIME" of the holder, while it holds it
     <cluster>/applied.json          last successful apply (file digests, block layout)
+    <cluster>/adopted.json          the managed files `rackctl import` found (digests), until an apply
     <cluster>/journal.json          only while a Slurm files apply runs, or after one was killed
                                     half-way: what it changes (journal.py)
     <cluster>/health.json           per-tray health history for drain/resume damping
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import hostlist
+from . import __version__, hostlist
 from .errors import InputError, TargetError, malformed_why
 from .intent import duration_s
 from .kubeplan import KubeRecord
@@ -53,10 +55,30 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
 
+#: The state dir of root (euid 0) when neither --state-dir nor $RACKCTL_STATE_DIR is given.
+ROOT_STATE_DIR = Path("/var/lib/rackctl")
+STATE_DIR_ENV = "RACKCTL_STATE_DIR"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/rackctl``, else ``~/.local/state/rackctl`` (XDG Base Directory spec)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "rackctl"
+    """The state dir without ``--state-dir``: ``$RACKCTL_STATE_DIR``; else ``ROOT_STATE_DIR`` for
+    root (one dir for a hand-run apply and a systemd timer, whatever their ``HOME``); else
+    ``xdg_state_dir()``. Raises ``InputError`` for a relative ``$RACKCTL_STATE_DIR``."""
+    env = os.environ.get(STATE_DIR_ENV)
+    if env:
+        if not os.path.isabs(env):
+            raise InputError(f"{env!r} is a relative path; expected an absolute one (it would depend on the "
+                             "working directory)", field=f"${STATE_DIR_ENV}")
+        return Path(env)
+    return ROOT_STATE_DIR if os.geteuid() == 0 else xdg_state_dir()
+
+
+def xdg_state_dir() -> Path:
+    """``$XDG_STATE_HOME/rackctl``, else ``~/.local/state/rackctl`` (XDG Base Directory spec: a
+    relative ``$XDG_STATE_HOME`` is ignored)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return Path(base if os.path.isabs(base) else Path.home() / ".local" / "state") / "rackctl"
 
 
 def lock_timeout_s(text: str | None) -> float:
@@ -146,6 +168,28 @@ class StateDir:
                                  doc["rackctlVersion"], imex)
         except (AttributeError, KeyError, TypeError, ValueError, InputError) as exc:
             raise TargetError(f"{f}: malformed apply record ({malformed_why(exc)})", hint=hint) from None
+
+    def read_adopted(self, config_dir: Path) -> dict[str, str] | None:
+        """The managed files ``rackctl import`` adopted in ``config_dir``: name -> digest; None
+        when it adopted none there (the dir compared once resolved: import and the intent it
+        writes may name it differently). Raises ``TargetError`` when the record cannot be read."""
+        def build(doc: dict[str, Any]) -> dict[str, str] | None:
+            if doc["format"] != RECORD_FORMAT or doc["configDir"] != str(config_dir.resolve()):
+                return None
+            files = doc["files"]
+            if not isinstance(files, dict) or not all(isinstance(d, str) and _DIGEST.fullmatch(d)
+                                                      for d in files.values()):
+                raise TypeError("'files' must map file names to sha256 digests")
+            return dict(files)
+
+        return self._read_json("adopted.json", "import record", "move it away; the files it names are then "
+                               "taken over (apply --take-over)", build)
+
+    def write_adopted(self, config_dir: Path, files: dict[str, str]) -> None:
+        """Record that ``rackctl import`` adopted ``files`` (name -> digest) in ``config_dir``."""
+        doc = {"format": RECORD_FORMAT, "configDir": str(config_dir.resolve()), "adoptedAt": now_rfc3339(),
+               "rackctlVersion": __version__, "files": dict(sorted(files.items()))}
+        self.write("adopted.json", (json.dumps(doc, indent=1) + "\n").encode())
 
     def read_health(self) -> HealthHistory:
         """The trays' health history (empty when none yet). Raises ``TargetError`` when it exists

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from . import pipeline, verify
 from .errors import InputError
-from .statedir import StateDir, default_state_dir
+from .statemigrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 
 VERIFY_SLURM_HELP = """\
 Proves that the running slurmctld places jobs as the intent slices the racks: for every tier it
@@ -51,7 +50,7 @@ def add_verify_parser(sub, make_sub) -> None:
     s.add_argument("-f", "--file", required=True, metavar="INTENT")
     s.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
     s.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
-    s.add_argument("--state-dir", metavar="DIR", help="rackctl state (apply records); default $XDG_STATE_HOME/rackctl")
+    s.add_argument("--state-dir", metavar="DIR", help=f"rackctl state (apply records); {STATE_DIR_DEFAULT}")
     s.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text")
     s.set_defaults(func=cmd_verify_slurm)
 
@@ -62,7 +61,7 @@ def cmd_verify_slurm(args: argparse.Namespace) -> int:
         if value == "":
             raise InputError("an empty value", field=flag)
     intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
-    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    state = open_state(args.state_dir, intent.name)
     report = verify.run_verify(intent, state)
     sys.stdout.write(verify.render(report, args.format))
     if not report.passed:

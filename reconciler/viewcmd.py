@@ -20,7 +20,7 @@ from .errors import InputError
 from .htmlreport import render_html
 from .rackview import COUNTED, FleetView, fleet_view
 from .report import summary_line
-from .statedir import StateDir, default_state_dir
+from .statemigrate import open_state
 from .untrusted import shown
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> pipeline.Run:
             raise InputError("an empty value", field=flag)
     outputs.check_out_file(getattr(args, "out", None))
     intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
-    state = StateDir(Path(args.state_dir) if args.state_dir else default_state_dir(), intent.name)
+    state = open_state(args.state_dir, intent.name)
     outputs.refuse_run_inputs(getattr(args, "out", None), intent, state.path, field="--out")
     with progress.bar("reading inventory") as bar:
         return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(

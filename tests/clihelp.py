@@ -35,13 +35,14 @@ def rackctl(*args: object, cwd: Path | None = None, stdin: int | None = subproce
             timeout: float = 120, env: dict[str, str] | None = None) -> Result:
     """Run ``python -m reconciler ARGS`` in a subprocess with standard input not a terminal.
 
-    ``XDG_STATE_HOME`` points into ``cwd`` (or a throwaway folder) so that a command run without
-    ``--state-dir`` can never touch the real home directory. ``env``: the environment to start
-    from (e.g. a Slurm test bed's ``bed.env``), default this process's.
+    ``RACKCTL_STATE_DIR`` points into ``cwd`` (or a throwaway folder) so that a command run
+    without ``--state-dir`` can never touch a real state dir (as root: /var/lib/rackctl).
+    ``env``: the environment to start from (e.g. a Slurm test bed's ``bed.env``), default this
+    process's.
     """
     env = dict(os.environ if env is None else env)
     env.pop("RACKCTL_DEBUG", None)
-    env["XDG_STATE_HOME"] = str((cwd or ROOT / ".pytest_cache") / ".xdg-state")
+    env["RACKCTL_STATE_DIR"] = str((cwd or ROOT / ".pytest_cache") / ".rackctl-state")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-m", "reconciler", *map(str, args)], cwd=cwd or ROOT,
                           stdin=stdin, capture_output=True, text=True, env=env, timeout=timeout)
@@ -61,6 +62,15 @@ def config_dir_for(example: str, tmp: Path) -> Path:
     cfg = tmp / "slurm-etc"
     cfg.mkdir(parents=True)
     shutil.copy2(EXAMPLES_DIR / example / "slurm" / "slurm.conf", cfg / "slurm.conf")
+    return cfg
+
+
+def write_slurm_conf(cfg: Path, nodes: str, include: str = "rackctl.conf") -> Path:
+    """Create the config dir ``cfg`` holding a slurm.conf that apply accepts for the hosts
+    ``nodes`` (a Slurm hostlist): topology/block, configless (per-job IMEX), ``Include include``."""
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "slurm.conf").write_text(f"TopologyPlugin=topology/block\nSlurmctldParameters=enable_configless\n"
+                                    f"NodeName={nodes} CPUs=144\nInclude {include}\n")
     return cfg
 
 

@@ -36,6 +36,32 @@ def no_site_kubernetes(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path_factory.getbasetemp() / "no-such-kubeconfig"))
 
 
+#: Root's real default state dir: no test may create it (``no_real_state_dir``).
+REAL_ROOT_STATE_DIR = Path("/var/lib/rackctl")
+_REAL_STATE_DIR_EXISTED = REAL_ROOT_STATE_DIR.exists()
+
+
+@pytest.fixture(autouse=True)
+def no_real_state_dir(monkeypatch, tmp_path_factory):
+    """Tests never touch a real state dir (they run as root, whose default is /var/lib/rackctl):
+    RACKCTL_STATE_DIR names a throwaway folder, inherited by every rackctl a test starts, and in
+    this process root's default and the XDG default point into throwaway folders too, for the
+    tests that unset RACKCTL_STATE_DIR to see the defaults at work."""
+    from reconciler import statedir
+
+    base = tmp_path_factory.mktemp("default-state")
+    monkeypatch.setenv("RACKCTL_STATE_DIR", str(base / "env"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "xdg"))
+    monkeypatch.setattr(statedir, "ROOT_STATE_DIR", base / "var-lib-rackctl")
+
+
+def pytest_sessionfinish(session):
+    """A run that created root's real state dir wrote where no test may: the run fails."""
+    if REAL_ROOT_STATE_DIR.exists() and not _REAL_STATE_DIR_EXISTED:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nerror: the tests created {REAL_ROOT_STATE_DIR}; every test must use a throwaway state dir")
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """Root of the shared real-world fixtures (``../shared/fixtures`` from the checkout)."""

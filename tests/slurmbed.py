@@ -43,6 +43,11 @@ def require_bed() -> None:
     pytest.skip(why)
 
 
+#: The bed starts slurmctld on placeholder topology.conf and rackctl.conf that no rackctl wrote: an
+#: apply into its config dir takes them over.
+TAKE_OVER = "--take-over"
+
+
 class SlurmBed:
     """One running test bed instance in ``dir`` (``dir/etc`` is its Slurm config dir)."""
 

@@ -116,7 +116,7 @@ def test_a_failing_reload_rolls_every_file_back(tmp_path, reload, why):
     (site.cfg / "topology.conf").write_bytes(OLD_TOPOLOGY)  # exists before; rackctl.conf does not
     before = snapshot(site.cfg)
 
-    res = site.run("apply")
+    res = site.run("apply", "--take-over")  # the site's own topology.conf: rackctl never wrote it
     msg = assert_one_error(res)
     assert f"reload `{' '.join(reload)}` rejected: {why}; the files were rolled back" in msg
     assert "hint: fix the cause, or use --no-reload" in msg
@@ -166,7 +166,7 @@ def test_no_reload_writes_and_records_without_running_the_reload(tmp_path):
 def test_backups_land_in_the_state_dir_and_the_config_dir_stays_clean(tmp_path):
     site = Site(tmp_path, reload=["sh", "-c", "exit 0"])
     (site.cfg / "topology.conf").write_bytes(OLD_TOPOLOGY)
-    assert site.run("apply").rc == 0
+    assert site.run("apply", "--take-over").rc == 0
 
     scripts = sorted(IMEX_SCRIPTS.values())  # the site is per-job IMEX
     assert sorted(p.name for p in site.cfg.iterdir()) == sorted(["rackctl.conf", "slurm.conf", "topology.conf",
@@ -188,7 +188,7 @@ def test_written_files_keep_the_mode_of_the_file_they_replace(tmp_path):
     for name in ("topology.conf", "rackctl.conf"):
         (site.cfg / name).write_bytes(b"# old\n")
         os.chmod(site.cfg / name, 0o640)
-    assert site.run("apply").rc == 0
+    assert site.run("apply", "--take-over").rc == 0
     for name in ("topology.conf", "rackctl.conf"):
         st = (site.cfg / name).stat()
         assert stat.S_IMODE(st.st_mode) == 0o640, name
@@ -201,7 +201,7 @@ def test_written_files_keep_the_owner_of_the_file_they_replace(tmp_path):
     for name in ("topology.conf", "rackctl.conf"):
         (site.cfg / name).write_bytes(b"# old\n")
         os.chown(site.cfg / name, 4242, 4343)  # slurm:slurm on a controller, say
-    assert site.run("apply").rc == 0
+    assert site.run("apply", "--take-over").rc == 0
     for name in ("topology.conf", "rackctl.conf"):
         st = (site.cfg / name).stat()
         assert (st.st_uid, st.st_gid) == (4242, 4343), name

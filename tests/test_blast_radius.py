@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clihelp import copy_example, run_main, snapshot
+from clihelp import copy_example, run_main, snapshot, write_slurm_conf
 from kubehelp import PREFIX, custom, get_node, hosts_of, node, writes
 from fakeslurm import fake_slurm_bin
 
@@ -91,8 +91,7 @@ class Fleet:
     def __init__(self, tmp: Path, capsys) -> None:
         self.dir, self.capsys = tmp / "fleet", capsys
         self.dir.mkdir()
-        self.cfg, self.state = self.dir / "slurm", tmp / "state"
-        self.cfg.mkdir()
+        self.cfg, self.state = write_slurm_conf(self.dir / "slurm", "gb-r[0001-0020]-n[01-18]"), tmp / "state"
         res = run_main(capsys, "simulate", "--racks", 20, "--seed", 3, "--out", self.dir / "inventory.json",
                        "--intent", self.dir / "intent.yaml")
         assert res.rc == 0, res

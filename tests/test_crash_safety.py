@@ -31,6 +31,7 @@ import pytest
 
 from clihelp import MANAGED, ROOT, copy_example
 from forkrun import KILL_ENV, ForkServer
+from slurmbed import TAKE_OVER
 
 EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"  # the example's metadata.name
@@ -457,7 +458,7 @@ def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, tmp_
     bed = slurm_bed("gb-a01-n[01-18]")
 
     def run(command: str, env: dict[str, str] | None = None):
-        extra = ["--auto-approve", "--allow-stale-inventory"] if command == "apply" else []
+        extra = ["--auto-approve", "--allow-stale-inventory", TAKE_OVER] if command == "apply" else []
         return rackctl(command, "-f", intent, "--slurm-config-dir", bed.config_dir, "--state-dir", tmp_path / "state",
                        *extra, env={**bed.env, **(env or {})})
 

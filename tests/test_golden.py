@@ -12,9 +12,11 @@ inputs
 expected/
     ``plan.json`` (``plan --format json``, compared after parsing; ``rackctl_version`` is left
     out), ``plan.txt`` (``plan``, byte-exact), ``exit_code`` (of ``plan``), and the files
-    ``apply --no-reload --auto-approve`` renders into ``slurm/`` (byte-exact). A scenario whose
-    plan exits 1 has no rendered files: ``apply`` must then exit 1 and leave ``slurm/`` as it was.
-    After a successful apply, ``plan`` must exit 0 (nothing left to do).
+    ``apply --no-reload --auto-approve --take-over`` renders into ``slurm/`` (byte-exact; managed
+    files a scenario ships in ``slurm/`` were written by no apply this state dir knows, so the plan
+    shows them taken over). A scenario whose plan exits 1, or whose config dir has no slurm.conf
+    (the plan warns, apply refuses), has no rendered files: ``apply`` must then exit 1 and leave
+    ``slurm/`` as it was. After a successful apply, ``plan`` must exit 0 (nothing left to do).
 
 Each scenario is copied to ``tmp_path`` and run from there (so paths in plans are relative),
 with ``--state-dir`` in ``tmp_path``.
@@ -109,9 +111,10 @@ def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
     assert doc.pop("rackctl_version") == __version__
 
     before_apply = _snapshot(work / "slurm")
-    apply_code, apply_out = _run(capsys, "apply", *common, "--no-reload", "--auto-approve")
+    apply_code, apply_out = _run(capsys, "apply", *common, "--no-reload", "--auto-approve", "--take-over")
     after_apply = _snapshot(work / "slurm")
     managed = (doc["target"]["topologyFile"], doc["target"]["includeFile"])
+    refused = code == 1 or bool({"slurm-conf-missing", "config-dir-missing"} & {d["code"] for d in doc["diagnostics"]})
 
     if UPDATE:
         expected.mkdir(exist_ok=True)
@@ -120,7 +123,7 @@ def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
         (expected / "exit_code").write_text(f"{code}\n")
         for name in managed:
             (expected / name).unlink(missing_ok=True)
-            if code != 1:
+            if not refused:
                 (expected / name).write_bytes(_normalized(work, work / "slurm" / name))
 
     assert code == int((expected / "exit_code").read_text()), plan_txt
@@ -129,8 +132,8 @@ def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
     assert plan_txt == (expected / "plan.txt").read_text()
 
     rendered = sorted(p.name for p in expected.iterdir() if p.name not in PLAN_FILES)
-    if code == 1:
-        assert rendered == [], "a plan with errors renders nothing"
+    if refused:
+        assert rendered == [], "a plan with errors, or for a config dir without slurm.conf, renders nothing"
         assert apply_code == 1, apply_out
         assert after_apply == before_apply, "apply with errors wrote into the Slurm config dir"
         return

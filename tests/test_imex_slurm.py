@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from clihelp import ROOT, rackctl
+from slurmbed import TAKE_OVER
 
 
 def _job(bed, job_id: int) -> dict:
@@ -15,7 +16,7 @@ def _job(bed, job_id: int) -> dict:
 def test_the_controller_takes_the_settings_and_the_prolog_slurmctld_judges_cliques(slurm_bed, tmp_path):
     bed = slurm_bed("gb-r[01-03]-n[01-18]")
     res = rackctl("apply", "-f", ROOT / "examples" / "dc1-gb200" / "intent.yaml", "--slurm-config-dir",
-                  bed.config_dir, "--state-dir", tmp_path / "state", "--auto-approve", env=bed.env)
+                  bed.config_dir, "--state-dir", tmp_path / "state", "--auto-approve", TAKE_OVER, env=bed.env)
     assert res.rc == 0, res
     assert "Restart required: SwitchType (unset) -> switch/nvidia_imex" in res.out
     config = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in

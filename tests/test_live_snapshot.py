@@ -15,6 +15,7 @@ import yaml
 
 from clihelp import EXAMPLES_DIR, rackctl, run_main
 from kubehelp import PREFIX, example_on, writes
+from slurmbed import TAKE_OVER
 from reconciler import schemas
 
 
@@ -88,7 +89,7 @@ def test_a_slurm_plan_from_a_snapshot_equals_the_live_plan_on_the_real_controlle
     work = tmp_path / "dc1"
     shutil.copytree(EXAMPLES_DIR / "dc1-gb200", work)
     base = ["-f", work / "intent.yaml", "--slurm-config-dir", bed.config_dir, "--state-dir", tmp_path / "state"]
-    assert rackctl("apply", *base, "--auto-approve", env=bed.env).rc == 0
+    assert rackctl("apply", *base, "--auto-approve", TAKE_OVER, env=bed.env).rc == 0
     bed.run("scontrol", "update", "nodename=gb-r02-n05", "state=drain", "reason=operator: cable")
     # A change to plan: the dev tier's partition gets another QoS setting.
     doc = yaml.safe_load((work / "intent.yaml").read_text())

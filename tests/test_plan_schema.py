@@ -41,7 +41,7 @@ def test_schema_rejects_an_unknown_action():
                       "includeFile": "i"},
            "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},
            "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
-                        "reason": "r"}],
+                        "reason": "r"}], "reload": None,
            "drift": [], "node_states": [], "block_sizes": [18], "controller": None, "kubernetes": None,
            "diagnostics": []}
     err = schemas.first_error("plan", doc)

@@ -16,6 +16,7 @@ import pytest
 from clihelp import MANAGED, assert_one_error, config_dir_for, copy_example, rackctl, run_main, snapshot
 from kubehelp import PREFIX, writes
 from reconciler import __version__
+from reconciler.yamlsource import display_path
 from test_controller_bad_output import DATA, _fake_slurm
 
 EXAMPLE = "two-racks-whole"
@@ -347,12 +348,15 @@ def test_a_config_dir_moved_since_the_plan_is_missing_now(site, capsys):
                    f"Slurm config dir the plan was made from, {cfg}, is missing now; nothing was applied")
 
 
-def test_a_config_dir_the_plan_found_missing_is_created_by_apply(site, capsys):
+def test_a_config_dir_the_plan_found_missing_is_refused_by_apply_and_not_created(site, capsys):
     shutil.rmtree(site.cfg)
-    assert site.plan(capsys).rc == 2
+    assert site.plan(capsys).rc == 2  # planning without it is a warning (offline PR plans)
     res = site.apply_plan(capsys)
-    assert res.rc == 0, res
-    assert sorted(p.name for p in site.cfg.iterdir()) == sorted(MANAGED)
+    assert res.rc == 1, res
+    assert res.err.startswith(f"error: the Slurm config dir {display_path(site.cfg)} does not exist; apply writes "
+                              "only into the controller's Slurm config dir, which holds slurm.conf; nothing was "
+                              "applied\n"), res
+    assert not site.cfg.exists()
 
 
 def test_help_says_how_plan_combines():

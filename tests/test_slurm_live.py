@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from clihelp import ROOT, rackctl
+from slurmbed import TAKE_OVER
 
 from reconciler import hostlist
 
@@ -34,7 +35,7 @@ class Live:
     def run(self, command: str, *extra: str):
         args = [command, "-f", self.intent, "--slurm-config-dir", self.bed.config_dir, "--state-dir", self.state]
         if command == "apply":
-            args.append("--auto-approve")
+            args += ["--auto-approve", TAKE_OVER]
         return rackctl(*args, *extra, env=self.env)
 
     def plan_json(self) -> dict:

@@ -20,6 +20,7 @@ from reconciler.statedir import StateDir
 from clihelp import EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main
 from kubehelp import example_on, node
 from reporthelp import EVIL, Page, evil_fleet
+from slurmbed import TAKE_OVER
 
 
 def intent_of(example: str) -> Path:
@@ -253,7 +254,7 @@ def test_an_operators_drain_and_a_held_drain_on_a_real_controller(slurm_bed, tmp
     bed = slurm_bed("gb-r02-n[01-18]")
     env = bed.env
     args = ("-f", intent, "--slurm-config-dir", bed.config_dir, "--state-dir", tmp_path / "state")
-    assert rackctl("apply", *args, "--auto-approve", env=env).rc == 0
+    assert rackctl("apply", *args, "--auto-approve", TAKE_OVER, env=env).rc == 0
     bed.run("scontrol", "update", "nodename=gb-r02-n12", "state=drain", "reason=<i>bad DIMM</i>")
     res = rackctl("status", *args, "--format", "json", env=env)
     assert res.rc == 0, res

@@ -103,8 +103,9 @@ def _rendered(tmp_path: Path) -> list[dict]:
     """The golden 25.05 scenario (two tiers, r02 removed) applied for real; its topology.yaml."""
     work = tmp_path / "work"
     shutil.copytree(GOLDEN, work, ignore=shutil.ignore_patterns("expected"))
+    # The scenario's live files were left by no apply this state dir knows: taken over.
     res = rackctl("apply", "-f", "intent.yaml", "--state-dir", tmp_path / "state", "--no-reload", "--auto-approve",
-                  cwd=work)
+                  "--take-over", cwd=work)
     assert res.rc == 0, res
     assert (work / "slurm" / "topology.yaml").read_bytes() == (GOLDEN / "expected" / "topology.yaml").read_bytes()
     return yaml.safe_load((work / "slurm" / "topology.yaml").read_text())

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
+from slurmbed import TAKE_OVER
 from reconciler import hostlist
 
 
@@ -16,7 +17,7 @@ def R(text: str) -> list[str]:
 
 def _apply(bed, example: str, state: Path):
     res = rackctl("apply", "-f", EXAMPLES_DIR / example / "intent.yaml", "--slurm-config-dir", bed.config_dir,
-                  "--state-dir", state, "--auto-approve", env=bed.env)
+                  "--state-dir", state, "--auto-approve", TAKE_OVER, env=bed.env)
     assert res.rc == 0, res
     return res
 

@@ -60,7 +60,7 @@ def _run_step(tmp_path: Path, intent: Path, live_snapshot: Path | None = None
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "INTENT": str(intent), "OFFLINE": "false",
            "LIVE_SNAPSHOT": str(live_snapshot or ""),
            "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output),
-           "XDG_STATE_HOME": str(tmp_path / "state")}
+           "RACKCTL_STATE_DIR": str(tmp_path / "state")}
     res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()) if output.exists() else {}
