@@ -323,13 +323,14 @@ def _replace(dfd: int, tmp: str, name: str) -> None:
 def check_private(path: Path, *, what: str) -> None:
     """Refuse, with ``TargetError`` naming the path and its mode, a directory ``path`` (resolved;
     when missing, the folders above it) that anyone but root and its owner could change, or an
-    ancestor of it in which anyone else could rename or replace it: each must be owned by root or
-    the running user, and not writable by group or others, except by the group when it is one
-    of the running process's groups (a PVC's ``fsGroup``), and by others for a root-owned sticky
-    ancestor (``/tmp``).
+    ancestor of it in which anyone else could rename or replace it. Each must not be writable by
+    group or others, except by the group when it is one of the running process's groups (a PVC's
+    ``fsGroup``), and by others for a root-owned sticky ancestor (``/tmp``); the directory may have
+    any owner (``/etc/slurm`` owned by the SlurmUser), an ancestor only root, the running user or
+    the directory's own owner (anyone else could swap the directory).
     ``what`` names the directory in the message (``state dir``, ``Slurm config dir``)."""
     uid, groups = os.geteuid(), {os.getegid(), *os.getgroups()}
-    current, itself = path, True
+    current, itself, owner = path, True, uid
     while True:
         try:
             st = os.stat(current)
@@ -339,7 +340,9 @@ def check_private(path: Path, *, what: str) -> None:
         mode = stat.S_IMODE(st.st_mode)
         sticky_ok = not itself and st.st_uid == 0 and mode & stat.S_ISVTX
         why = None
-        if st.st_uid not in (0, uid):
+        if itself:
+            owner = st.st_uid
+        if st.st_uid not in (0, uid, owner):
             why = f"owned by uid {st.st_uid}"
         elif mode & 0o002 and not sticky_ok:
             why = "writable by others"
@@ -347,9 +350,9 @@ def check_private(path: Path, *, what: str) -> None:
             why = f"writable by group {st.st_gid}"
         if why is not None:
             shown = "" if current == path else f" (an ancestor of {path})"
-            raise TargetError(f"{what} {current}{shown}: mode {mode:04o}, {why}; expected a folder owned by root "
-                              "or the running user and writable only by them (a root-owned sticky folder such as "
-                              "/tmp may hold it)", hint=f"chmod go-w {current}, or choose another {what}")
+            raise TargetError(f"{what} {current}{shown}: mode {mode:04o}, {why}; expected a folder writable only by "
+                              "root and its owner, in folders owned by them (a root-owned sticky folder such as /tmp "
+                              "may hold it)", hint=f"chmod go-w {current}, or choose another {what}")
         if current == current.parent:
             return
         current, itself = current.parent, False

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .errors import TargetError
+from .safedir import check_private
 from .statedir import ROOT_STATE_DIR, STATE_DIR_ENV, StateDir, default_state_dir, xdg_state_dir
 
 #: How ``--state-dir`` help texts name the default.
@@ -95,18 +97,15 @@ def _copy_then_remove(old: Path, new: Path) -> None:
 
 def _untrusted(old: Path) -> str | None:
     """Why ``old`` may hold what another user wrote, None when only root could have: it must be
-    a real folder (not a link), and it and every folder above it owned by root and writable by
-    nobody else (a sticky world-writable folder such as /tmp aside: others cannot rename in it)."""
+    a real folder (not a link) owned by root, in folders that pass ``check_private`` (a sticky
+    world-writable folder such as /tmp aside, nobody else could write or rename in them)."""
     st = os.lstat(old)
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a folder (a link or a file)"
-    folder = Path(os.path.realpath(old))
-    for p in (folder, *folder.parents):
-        st = os.stat(p)
-        if st.st_uid != os.geteuid():
-            return f"{p} is owned by uid {st.st_uid}"
-        if st.st_mode & stat.S_IWOTH and not (st.st_mode & stat.S_ISVTX and p != folder):
-            return f"{p} is writable by every user"
-        if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
-            return f"{p} is writable by group {st.st_gid}"
+    if st.st_uid != os.geteuid():
+        return f"{old} is owned by uid {st.st_uid}"
+    try:
+        check_private(old, what="old state dir")
+    except TargetError as exc:
+        return exc.message
     return None

@@ -394,8 +394,10 @@ def test_a_state_dir_another_user_could_write_is_not_migrated(site, root_default
     os.chown(old, 4242, 4242)  # sudo kept a user's HOME: that user could have planted the records
     site.edit('maxTime: "2-00:00:00"', 'maxTime: "3-00:00:00"')
     res = site.run(capsys, "plan", "--format", "json", state=False)
-    assert res.err == (f"warning: not migrating {old / CLUSTER} to {root / CLUSTER}: {old} is owned by uid 4242; "
-                       "only a folder no other user could write is moved into root's state\n")
+    assert res.err == (f"warning: not migrating {old / CLUSTER} to {root / CLUSTER}: old state dir {old} (an "
+                       f"ancestor of {old / CLUSTER}): mode 0700, owned by uid 4242; expected a folder writable only "
+                       "by root and its owner, in folders owned by them (a root-owned sticky folder such as /tmp may "
+                       "hold it); only a folder no other user could write is moved into root's state\n")
     assert (old / CLUSTER / "applied.json").is_file() and not (root / CLUSTER).exists()
     assert [c.get("taken_over") for c in json.loads(res.out)["changes"] if c["kind"] == "file"] == \
         ["slurm/rackctl.conf"]  # its records count for nothing

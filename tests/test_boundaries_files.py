@@ -260,7 +260,7 @@ def test_a_metrics_textfile_through_a_planted_link_is_refused(site, capsys):
 # ---- who may write the directories ------------------------------------------------------------------
 
 def loose_mode(message: str) -> str:
-    return (f"{message}; expected a folder owned by root or the running user and writable only by them (a "
+    return (f"{message}; expected a folder writable only by root and its owner, in folders owned by them (a "
             "root-owned sticky folder such as /tmp may hold it)")
 
 
@@ -303,6 +303,23 @@ def test_a_group_writable_state_dir_is_fine_for_the_running_group_only(site, cap
         f"error: {loose_mode(f'state dir {site.state}: mode 0770, writable by group {other}')}")
     os.chown(site.state, -1, os.getegid())  # a PVC whose group is the pod's fsGroup
     assert site.run(capsys, "apply").rc == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder another owner needs root")
+def test_a_config_dir_owned_by_another_user_is_fine_but_not_in_that_users_folder_for_another(site, capsys):
+    slurm_user = 64030  # Debian's slurm: /etc/slurm owned by the SlurmUser, 0755
+    os.chown(site.cfg, slurm_user, -1)
+    assert site.run(capsys, "apply").rc == 0
+    holder = site.tmp / "home"  # a folder of a third user, who could swap the config dir inside it
+    holder.mkdir()
+    moved = holder / "slurm"
+    site.cfg.rename(moved)
+    os.chown(holder, slurm_user + 1, -1)
+    before = snapshot(moved)
+    res = site.run(capsys, "apply", "--slurm-config-dir", moved, "--take-over")  # no record for this path
+    assert assert_one_error(res).splitlines()[0] == (
+        f"error: {loose_mode(f'Slurm config dir {holder} (an ancestor of {moved}): mode 0755, owned by uid {slurm_user + 1}')}")
+    assert snapshot(moved) == before
 
 
 # ---- one lock ------------------------------------------------------------------------------------------
