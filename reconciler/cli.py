@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import (__version__, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync, outputs, pipeline,
-               report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, blastradius, collectcmd, controllercheck, deadline, gcpause, hostlist, kubesync, outputs,
+               pipeline, redact, report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -108,6 +108,7 @@ def _drop_stdout() -> None:
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
+    message = redact.scrub(message)  # the last line of defence: no credential is ever printed
     print(f"error: {message}", file=sys.stderr)
     fmt = getattr(args, "format", None)
     if fmt in ("json", "yaml"):
@@ -241,6 +242,10 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
     that only matter when writing (``apply``, ``reconcile``)."""
     c.add_argument("-f", "--file", required=True, metavar="INTENT")
     c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
+    c.add_argument("--timeout", metavar="DURATION", type=deadline.timeout_arg, default=deadline.DEFAULT_TIMEOUT,
+                   help="the pass's deadline (90s, 10m, 1h; default %(default)s): a pass still reading when it "
+                   "passes fails with nothing written (exit 1); an apply that has begun writing finishes or rolls "
+                   "back")
     c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
     c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
                    "both targets, health history); default $XDG_STATE_HOME/rackctl")
@@ -384,7 +389,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     outputs.refuse_run_inputs(args.out, intent, state.path, field="--out")
     run = _compute(intent, state, offline=args.offline, show_users=args.show_users, kube=_kube_options(args),
                    snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, args.out),
-                   allow_destructive=args.allow_destructive)
+                   allow_destructive=args.allow_destructive, timeout_s=args.timeout)
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -395,7 +400,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
     run = _compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
                    kube=_kube_options(args), snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline),
-                   allow_destructive=args.allow_destructive)
+                   allow_destructive=args.allow_destructive, timeout_s=args.timeout)
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -410,7 +415,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     kube = _kube_options(args)
     with state.lock():  # taken before reading, so the plan cannot go stale under us
         recover_interrupted(args, intent, state)
-        run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive)
+        run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive,
+                       timeout_s=args.timeout)
         if saved is not None:
             savedplan.check_current(saved, run.plan)
         return apply_run(args, run, kube, saved=saved)

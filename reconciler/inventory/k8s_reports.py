@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from .. import httpguard, redact
 from ..errors import InputError, RackctlError
 from .store import check_node
 
@@ -101,6 +102,9 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
     text = annotations[ANNOTATION]
     if not isinstance(text, str):
         return None, f"node {name}: annotation {ANNOTATION} is not a string"
+    if len(text) > MAX_ANNOTATION_BYTES:  # more than Kubernetes stores: never parsed
+        return None, (f"node {name}: annotation {ANNOTATION} holds {len(text)} characters; expected at most "
+                      f"{MAX_ANNOTATION_BYTES} (Kubernetes' limit on one object's annotations)")
     try:
         report = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -130,13 +134,13 @@ def load_api() -> Any:
         except (ConfigException, OSError) as exc:
             raise RackctlError(f"no Kubernetes configuration: not in a pod, and no usable kubeconfig ({exc})",
                                hint="set KUBECONFIG, or use --from-file with `kubectl get nodes -o yaml`") from None
-    return client.CoreV1Api()
+    return client.CoreV1Api(httpguard.install(client.ApiClient()))
 
 
 def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, Any]]:
     """Every Node (paged) as API JSON dicts. Raises ``RackctlError`` on an API failure."""
     items: list[dict[str, Any]] = []
-    token = None
+    token, watched = None, None
     try:
         while True:
             kwargs: dict[str, Any] = {"limit": _PAGE}
@@ -144,7 +148,8 @@ def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, An
                 kwargs["label_selector"] = label_selector
             if token:
                 kwargs["_continue"] = token
-            page = api.list_node(**kwargs)
+            with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
+                page = api.list_node(**kwargs)
             doc = api.api_client.sanitize_for_serialization(page)
             items.extend(doc.get("items") or [])
             token = (doc.get("metadata") or {}).get("continue")
@@ -155,6 +160,8 @@ def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, An
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
-        raise RackctlError(f"could not list Nodes: {why}",
+        if watched is not None and watched.expired:
+            why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
+        raise RackctlError(f"could not list Nodes: {redact.scrub(why)}",
                            hint="the collector needs list on nodes (ClusterRole rackctl-collector)"
                            if status == 403 else None) from None

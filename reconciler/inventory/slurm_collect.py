@@ -46,9 +46,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import hostlist
+from .. import boundedrun, hostlist
 from ..errors import InputError, RackctlError
-from .store import check_node
+from .store import MAX_INVENTORY_BYTES, check_node
 
 MARKER = "rackctl-node: "
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
@@ -57,6 +57,11 @@ _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
 #: Longest output one task may print (bytes of text); a NodeReport of 8 GPUs is ~5 KB.
 MAX_TASK_CHARS = 4 * 1024 * 1024
+#: Longest line of srun's output read (characters): the rest of a longer one is dropped.
+MAX_LINE_CHARS = 64 * 1024
+#: Seconds srun runs unless ``--timeout`` says otherwise: one report takes a second on a tray, and
+#: srun starts the tasks of thousands of nodes in parallel.
+DEFAULT_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -90,8 +95,13 @@ def partition_nodes(partition: str) -> list[str]:
     if shutil.which("sinfo") is None:
         raise RackctlError("sinfo not found on PATH; cannot list the nodes of the partition",
                            hint="pass --nodelist HOSTLIST, or run on a Slurm login node")
-    proc = subprocess.run(["sinfo", "--noheader", "--responding", f"--partition={partition}", "--format=%N"],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    try:
+        proc = boundedrun.run(["sinfo", "--noheader", "--responding", f"--partition={partition}", "--format=%N"],
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RackctlError("sinfo did not answer within 120 s", hint="check the controller (`scontrol ping`)") from None
+    except boundedrun.OutputTooLarge as exc:
+        raise RackctlError(f"sinfo printed more than {exc.args[0] // 2**20} MiB; killed") from None
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
     names: list[str] = []
@@ -121,6 +131,7 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     if not nodes:
         raise InputError("no nodes to collect from", field="--nodelist")
     require_srun()
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     argv = srun_command(nodes, partition=partition, agent=agent)
     tasks: dict[int, list[str]] = {}
     stderr_lines: list[str] = []
@@ -228,13 +239,27 @@ def _task_exits(stderr_lines: list[str]) -> _Exits:
 
 def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[[str], None],
          timeout: float | None) -> tuple[int | None, bool]:
-    """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out)."""
+    """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out).
+    Each stream is read up to ``store.MAX_INVENTORY_BYTES`` characters: past that srun is killed
+    and ``RackctlError`` raised."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, errors="replace", bufsize=1)
+    overflow = threading.Event()
 
     def pump(stream: Any, sink: Callable[[str], None]) -> None:
-        for line in stream:
+        read = 0
+        while read <= MAX_INVENTORY_BYTES:
+            line = stream.readline(MAX_LINE_CHARS)
+            if not line:
+                return
+            read += len(line)
+            rest = line
+            while not rest.endswith("\n") and rest:  # an over-long line: its rest is dropped
+                rest = stream.readline(MAX_LINE_CHARS)
+                read += len(rest)
             sink(line.rstrip("\n"))
+        overflow.set()
+        proc.kill()
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, on_stdout), daemon=True),
                threading.Thread(target=pump, args=(proc.stderr, on_stderr), daemon=True)]
@@ -258,6 +283,9 @@ def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[
     deadline = time.monotonic() + 10
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
+    if overflow.is_set():
+        raise RackctlError(f"srun printed more than {MAX_INVENTORY_BYTES // 2**20} MiB on one stream; killed",
+                           hint="the agent prints one NodeReport (a few KiB) per node")
     return proc.returncode, timed_out
 
 
