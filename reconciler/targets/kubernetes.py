@@ -153,6 +153,7 @@ def _guard_credentials(cfg: Any, source: str) -> None:
     if hook is not None:
         def refreshed(c: Any) -> None:
             hook(c)
+            c.refresh_api_key_hook = refreshed  # the client's hook puts itself back each time
             _trim_token(c, source)
         cfg.refresh_api_key_hook = refreshed
 
