@@ -57,7 +57,8 @@ def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str
         status = getattr(exc, "status", None)
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
-        why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
+        why = redact.scrub(f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status
+                           else f"{type(exc).__name__}: {exc}")
         hint = {403: "the agent's ServiceAccount needs get and patch on nodes (see "
                      "examples/kubernetes/discover-daemonset.yaml)",
                 404: "pass the Kubernetes Node name with --node-name or NODE_NAME"}.get(status)

@@ -15,6 +15,12 @@ a 409 from server-side apply's field ownership (another manager's fields), and a
 patch that carries a resourceVersion (the Node changed: the plan must be made again). A list
 whose continue token expired (410) starts again from the beginning, once.
 
+Every attempt is bounded (``httpguard``, put into the client by ``connect``): an overall
+deadline from connecting to the last byte of the answer, whatever the server trickles, and a
+cap on the answer's size; a body shorter than its Content-Length is retried like a reset
+connection. What the server says is quoted scrubbed of credentials (``redact``), and the server
+is named without ``user:password@``.
+
 Writes follow Kubernetes' own rules:
 - rackctl's objects (Kueue Topology, ResourceFlavor, ClusterQueue) go through server-side apply
   with field manager ``rackctl``; a conflict with another manager is an error unless forced.
@@ -32,6 +38,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
+from urllib.parse import urlsplit
 
 from .. import deadline, httpguard, redact
 from ..errors import InputError, TargetError
@@ -144,10 +151,14 @@ def _guard_credentials(cfg: Any, source: str) -> None:
         if path and os.path.isfile(path) and os.path.getsize(path) < 1024 * 1024:
             with open(path, "rb") as f:
                 redact.remember(f.read())
-    host = cfg.host or ""
-    if "@" in host.split("//", 1)[-1].split("/", 1)[0]:
-        redact.remember(host.split("//", 1)[-1].split("@", 1)[0])
-        cfg.host = redact.without_userinfo(host)
+    try:
+        url = urlsplit(cfg.host or "")
+        userinfo = url.netloc.rpartition("@")[0]
+    except ValueError:  # not a URL: the request fails, saying so
+        userinfo = ""
+    if userinfo:
+        redact.remember(userinfo, url.password)
+        cfg.host = redact.without_userinfo(cfg.host)
     _trim_token(cfg, source)
     hook = cfg.refresh_api_key_hook
     if hook is not None:
