@@ -6,10 +6,13 @@ free again) or, for a cut-off answer, a retry; none holds rackctl or fills its m
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import sys
 
 import pytest
+import urllib3
+from kubernetes import client
 
 from clihelp import rackctl, run_main
 from kubehelp import example_intent
@@ -19,6 +22,7 @@ from reconciler.inventory import k8s_reports, store
 from reconciler.leaselock import LeaseLock, LeaseRef
 from reconciler.retry import RetryPolicy
 from reconciler.statedir import StateDir
+from reconciler.targets import kubernetes as kube_target
 from reconciler.targets import slurm_controller
 from reconciler.targets.kubernetes import KubeApi, connect
 from slowserver import SlowServer, answer, kubeconfig
@@ -93,6 +97,23 @@ def test_an_answer_shorter_than_its_content_length_is_retried(server, tmp_path):
     assert len(server.requests) == 2
 
 
+def test_a_list_without_end_is_cut_at_the_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(kube_target, "MAX_LIST_ITEMS", 10)
+    pages = iter(range(1_000_000))
+
+    def page(**kw):
+        i = next(pages)
+        doc = {"items": [{"metadata": {"name": f"n{i}-{j}"}} for j in range(4)], "metadata": {"continue": f"t{i}"}}
+        return urllib3.HTTPResponse(io.BytesIO(json.dumps(doc).encode()), preload_content=False)
+
+    api = KubeApi(connect(kubeconfig(tmp_path / "kc", "http://127.0.0.1:9")))
+    with pytest.raises(TargetError) as err:
+        list(api._pages("list Nodes", page))
+    assert err.value.message == ("kubernetes: list Nodes: http://127.0.0.1:9 listed more than 10 objects (the most "
+                                 "rackctl reads of one kind); the list was not read")
+    assert next(pages) == 3  # three pages were asked for, no more
+
+
 def endless(srv, conn, n):
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
     while not srv.stopping.is_set():
@@ -140,8 +161,6 @@ def test_a_lease_request_has_the_same_deadline(server, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("server", [trickling], indirect=True)
 def test_collecting_reports_from_node_annotations_has_the_deadline(server, tmp_path, monkeypatch):
-    from kubernetes import client
-
     monkeypatch.setattr(httpguard, "REQUEST_DEADLINE_S", 2)
     with pytest.raises(RackctlError) as err:
         k8s_reports.list_nodes(client.CoreV1Api(connect(kubeconfig(tmp_path / "kc", server.url))))
