@@ -191,15 +191,28 @@ def test_a_nodereport_file_larger_than_any_report_is_refused(tmp_path):
 
 
 def test_an_inventory_folder_larger_than_a_fleet_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "MAX_INVENTORY_BYTES", 300)
+    monkeypatch.setattr(store, "MAX_INVENTORY_MEMORY", 3000)
     folder = tmp_path / "inv"
     folder.mkdir()
     for host in ("a", "b", "c", "d"):
-        (folder / f"{host}.json").write_text(json.dumps(_report(host)))  # 91 bytes each
+        (folder / f"{host}.json").write_text(json.dumps(_report(host)))  # 91 bytes, 3 commas: 871 estimated
     with pytest.raises(InputError) as err:
         store.load_inventory(folder)
-    assert str(err.value) == (f"{folder}: the inventory's files hold more than 0 MiB together; expected at most "
-                              "that (store.MAX_INVENTORY_BYTES, 2.7 times a 2,000-rack fleet)")
+    assert str(err.value) == (f"{folder}: the inventory would take more than 0 MiB of memory once read (estimated "
+                              "from its size and its 16 JSON values); expected at most that (store.MAX_INVENTORY_MEMORY, 1.4 times a "
+                              "2,000-rack fleet)")
+
+
+def test_json_of_tiny_values_is_refused_before_it_is_decoded(tmp_path):
+    # 27 MB of empty objects would take 600 MB once decoded (and the schema would refuse them only
+    # then): refused before, by its estimate.
+    path = tmp_path / "inv.json"
+    path.write_text('{"schemaVersion": 1, "nodes": [' + ",".join(["{}"] * 9_000_000) + "]}")
+    with pytest.raises(InputError) as err:
+        store.load_inventory(path)
+    assert str(err.value) == (f"{path}: the inventory would take more than 900 MiB of memory once read (estimated "
+                              "from its size and its 9000001 JSON values); expected at most that (store.MAX_INVENTORY_MEMORY, 1.4 times a "
+                              "2,000-rack fleet)")
 
 
 @pytest.mark.parametrize("as_folder", [True, False])

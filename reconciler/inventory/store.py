@@ -20,14 +20,19 @@ from ..errors import InputError
 from ..yamlsource import display_path, read_text
 
 SCHEMA_VERSION = 1
-#: Largest inventory read (bytes), as one file or all the files of a folder together: 2,000 NVL72
-#: racks (36,000 NodeReports) take 95 MB as one file and about 300 MB of memory once read, so
-#: this keeps an inventory 2.7 times that size well under 1 GiB.
+#: Largest inventory file read (bytes): 2,000 NVL72 racks (36,000 NodeReports) take 95 MB.
 MAX_INVENTORY_BYTES = 256 * 1024 * 1024
+#: Most memory an inventory may take once read (bytes), as one file or all the files of a folder,
+#: estimated before each file is decoded: its size plus ``JSON_VALUE_BYTES`` per ``,`` (JSON
+#: separates values with commas; the dearest value, an object holding a list, takes 260 bytes).
+#: 2,000 racks are estimated at 667 MB (and take 316 MB), so this fits 1.4 times that fleet and
+#: keeps any JSON, however it is shaped, under 1 GiB.
+MAX_INVENTORY_MEMORY = 900 * 1024 * 1024
+JSON_VALUE_BYTES = 260
 #: Largest NodeReport file of a folder (bytes): a 4-GPU tray's report takes 2.6 KB.
 MAX_REPORT_BYTES = 1024 * 1024
-#: Most NodeReports in one inventory (files of a folder, or nodes of one file): 2.8 times the
-#: 36,000 trays of 2,000 racks. A string field of a NodeReport holds at most 256 characters and
+#: Most NodeReports in one inventory (files of a folder, counted before any is read, or nodes of
+#: one file): 2.8 times the 36,000 trays of 2,000 racks. A string field of a NodeReport holds at most 256 characters and
 #: a list at most 64 items (``schemas/node-report.schema.json``: checked by the validator that
 #: runs anyway, at no cost of its own).
 MAX_REPORTS = 100_000
@@ -68,10 +73,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         per_file(0, len(files))
     read_json = _JsonReader(MAX_REPORT_BYTES if path.is_dir() else MAX_INVENTORY_BYTES)
     for done, (f, name) in enumerate(zip(files, shown_names), 1):
-        doc, floats = read_json(f, on_file)
-        if read_json.total > MAX_INVENTORY_BYTES:
-            raise InputError(f"the inventory's files hold more than {MAX_INVENTORY_BYTES // 2**20} MiB together; "
-                             "expected at most that (store.MAX_INVENTORY_BYTES, 2.7 times a 2,000-rack fleet)", file=display_path(path))
+        doc, floats = read_json(f, on_file, display_path(path))
         if not isinstance(doc, dict):
             raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "
                              f"[...]}}), got {_json_kind(doc)}", file=name)
@@ -177,11 +179,13 @@ class _JsonReader:
     """Reads NodeReport files as JSON with one decoder for all of them (a folder inventory is
     36,000 files): duplicate keys refused, and whether a file holds a float noted (NodeReports
     need none; ``schemas.first_error`` then skips its search for ``18.0`` standing in for 18).
-    ``max_bytes``: the largest file read; ``total``: the characters of all files read so far."""
+    ``max_bytes``: the largest file read. No file is decoded once the memory the files read so
+    far would take passes ``MAX_INVENTORY_MEMORY``."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.total = 0  # characters read, over every file
+        self._memory = 0  # estimated bytes, over every file read
+        self._values = 0
         self._floats: list[str] = []
         self._decoder = json.JSONDecoder(parse_float=self._float, parse_constant=self._float,
                                          object_pairs_hook=_object)
@@ -190,10 +194,17 @@ class _JsonReader:
         self._floats.append(literal)
         return float(literal)
 
-    def __call__(self, f: str, on_file: Callable[[str, str], None] | None) -> tuple[Any, bool]:
-        """The JSON document in file ``f`` and whether it holds any float. Raises ``InputError``."""
+    def __call__(self, f: str, on_file: Callable[[str, str], None] | None, inventory: str) -> tuple[Any, bool]:
+        """The JSON document in file ``f`` (of the inventory shown as ``inventory``) and whether
+        it holds any float. Raises ``InputError``."""
         text = read_text(f, what="NodeReport file", max_bytes=self.max_bytes)
-        self.total += len(text)
+        commas = text.count(",")
+        self._values += commas + 1
+        self._memory += len(text) + JSON_VALUE_BYTES * commas
+        if self._memory > MAX_INVENTORY_MEMORY:
+            raise InputError(f"the inventory would take more than {MAX_INVENTORY_MEMORY // 2**20} MiB of memory once "
+                             f"read (estimated from its size and its {self._values} JSON values); expected at most that "
+                             "(store.MAX_INVENTORY_MEMORY, 1.4 times a 2,000-rack fleet)", file=inventory)
         if on_file is not None:
             on_file(os.path.basename(f), text)
         self._floats.clear()
