@@ -63,6 +63,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         shown_names = [os.path.join(shown, n) for n in names]
     else:
         files, shown_names = [str(path)], [display_path(path)]
+        shown = shown_names[0]
     if path.is_dir() and not files:
         raise InputError("inventory directory holds no *.json NodeReports", file=display_path(path))
     nodes: list[dict[str, Any]] = []
@@ -73,7 +74,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         per_file(0, len(files))
     read_json = _JsonReader(MAX_REPORT_BYTES if path.is_dir() else MAX_INVENTORY_BYTES)
     for done, (f, name) in enumerate(zip(files, shown_names), 1):
-        doc, floats = read_json(f, on_file, display_path(path))
+        doc, floats = read_json(f, on_file, shown)
         if not isinstance(doc, dict):
             raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "
                              f"[...]}}), got {_json_kind(doc)}", file=name)
