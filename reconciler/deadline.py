@@ -52,13 +52,15 @@ def timeout_arg(text: str) -> float:
 
 
 @contextlib.contextmanager
-def running(seconds: float | None) -> Iterator[None]:
-    """The pass's deadline ``seconds`` from now while the body runs (None: no deadline)."""
+def running(seconds: float | None, *, timeout: float | None = None) -> Iterator[None]:
+    """The pass's deadline ``seconds`` from now while the body runs (None: no deadline).
+    ``timeout``: the pass's whole ``--timeout`` as errors name it, when ``seconds`` is what is
+    left of it (default ``seconds``)."""
     global _at, _seconds
     with _lock:
         outer = (_at, _seconds)
         if seconds is not None:
-            _at, _seconds = time.monotonic() + seconds, seconds
+            _at, _seconds = time.monotonic() + seconds, seconds if timeout is None else timeout
     try:
         yield
     finally:

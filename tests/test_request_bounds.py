@@ -16,13 +16,14 @@ from kubernetes import client
 
 from clihelp import rackctl, run_main
 from kubehelp import example_intent
-from reconciler import boundedrun, httpguard
+from reconciler import boundedrun, deadline, httpguard
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.inventory import k8s_reports, store
 from reconciler.leaselock import LeaseLock, LeaseRef
 from reconciler.retry import RetryPolicy
 from reconciler.statedir import StateDir
 from reconciler.targets import kubernetes as kube_target
+from reconciler.targets import nodelist
 from reconciler.targets import slurm_controller
 from reconciler.targets.kubernetes import KubeApi, connect
 from slowserver import SlowServer, answer, kubeconfig
@@ -74,6 +75,16 @@ def test_a_pass_past_its_timeout_fails_before_writing(server, tmp_path, capsys):
     assert res.err == (f"error: kubernetes: discover API groups: {server.url} sent no complete answer before the "
                        "pass's deadline (--timeout 2 s); nothing was written\n" + HINT)
     assert not state.exists() or not any(state.rglob("*"))
+
+
+@pytest.mark.parametrize("server", [trickling], indirect=True)
+def test_the_node_list_child_gets_what_is_left_of_the_pass_deadline(server, tmp_path):
+    with deadline.running(2):
+        listing = nodelist.start(kubeconfig(tmp_path / "kc", server.url), None, "rackctl.dev/", "rackctl.dev/cordon")
+    with pytest.raises(TargetError) as err:
+        listing.result()
+    assert err.value.message == (f"kubernetes: list Nodes: {server.url} sent no complete answer before the pass's "
+                                 "deadline (--timeout 2 s); nothing was written")
 
 
 @pytest.mark.parametrize("value", ["0", "10x", ""])

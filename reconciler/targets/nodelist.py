@@ -12,7 +12,7 @@ Protocol, over the child's standard streams:
 
     stdin   one line of JSON: {"kubeconfig": str | null, "context": str | null,
             "labelPrefix": str, "cordonAnnotation": str, "deadlineS": seconds left of the pass's
-            deadline | null}; then kept open. The child exits as soon
+            deadline | null, "timeoutS": the pass's --timeout in seconds}; then kept open. The child exits as soon
             as it reads end-of-file, so a parent that gives up (``NodeListing.cancel``) or dies
             never leaves it waiting on an API server.
     stdout  one marshal value: ("nodes", [LiveNode fields in order, ...], {retry reason: count})
@@ -116,7 +116,7 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
             f"root in map(os.path.realpath, sys.path) or sys.path.insert(0, root); "
             f"from {MODULE} import serve; serve()")
     request = {"kubeconfig": kubeconfig, "context": context, "labelPrefix": label_prefix,
-               "cordonAnnotation": cordon_annotation, "deadlineS": deadline.left()}
+               "cordonAnnotation": cordon_annotation, "deadlineS": deadline.left(), "timeoutS": deadline.limit()}
     stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child can never block on it
     try:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -138,7 +138,7 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
 
 def _answer(request: dict) -> tuple:
     try:
-        with deadline.running(request["deadlineS"]):  # the parent's pass deadline, what is left of it
+        with deadline.running(request["deadlineS"], timeout=request["timeoutS"]):  # what is left of the parent's
             api = KubeApi(connect(request["kubeconfig"], request["context"], client_retries=False))
             nodes = read_nodes(api, request["labelPrefix"], request["cordonAnnotation"])
     except InputError as exc:
