@@ -16,7 +16,7 @@ Node objects needs no client.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .. import httpguard, redact
 from ..errors import InputError, RackctlError
@@ -51,19 +51,28 @@ def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str
     if not node_name:
         raise InputError("an empty Node name", field="--node-name")
     body = merge_patch(report)
+    _request(lambda: api.patch_node(node_name, body), f"annotate Node {node_name}",
+             {403: "the agent's ServiceAccount needs get and patch on nodes (see "
+                   "examples/kubernetes/discover-daemonset.yaml)",
+              404: "pass the Kubernetes Node name with --node-name or NODE_NAME"})
+    return body
+
+
+def _request(call: Callable[[], Any], what: str, hints: dict[int, str]) -> Any:
+    """``call()`` (one request of the client) within ``httpguard.REQUEST_DEADLINE_S``. Raises
+    ``RackctlError`` ("could not WHAT: why", credentials scrubbed; ``hints`` by HTTP status)."""
+    watched = None
     try:
-        api.patch_node(node_name, body)
+        with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
+            return call()
     except Exception as exc:
         status = getattr(exc, "status", None)
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
-        why = redact.scrub(f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status
-                           else f"{type(exc).__name__}: {exc}")
-        hint = {403: "the agent's ServiceAccount needs get and patch on nodes (see "
-                     "examples/kubernetes/discover-daemonset.yaml)",
-                404: "pass the Kubernetes Node name with --node-name or NODE_NAME"}.get(status)
-        raise RackctlError(f"could not annotate Node {node_name}: {why}", hint=hint) from None
-    return body
+        why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
+        if watched is not None and watched.expired:
+            why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
+        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status)) from None
 
 
 def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -141,28 +150,17 @@ def load_api() -> Any:
 def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, Any]]:
     """Every Node (paged) as API JSON dicts. Raises ``RackctlError`` on an API failure."""
     items: list[dict[str, Any]] = []
-    token, watched = None, None
-    try:
-        while True:
-            kwargs: dict[str, Any] = {"limit": _PAGE}
-            if label_selector:
-                kwargs["label_selector"] = label_selector
-            if token:
-                kwargs["_continue"] = token
-            with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
-                page = api.list_node(**kwargs)
-            doc = api.api_client.sanitize_for_serialization(page)
-            items.extend(doc.get("items") or [])
-            token = (doc.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
-            raise
-        why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
-        if watched is not None and watched.expired:
-            why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
-        raise RackctlError(f"could not list Nodes: {redact.scrub(why)}",
-                           hint="the collector needs list on nodes (ClusterRole rackctl-collector)"
-                           if status == 403 else None) from None
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": _PAGE}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if token:
+            kwargs["_continue"] = token
+        page = _request(lambda: api.list_node(**kwargs), "list Nodes",
+                        {403: "the collector needs list on nodes (ClusterRole rackctl-collector)"})
+        doc = api.api_client.sanitize_for_serialization(page)
+        items.extend(doc.get("items") or [])
+        token = (doc.get("metadata") or {}).get("continue")
+        if not token:
+            return items
