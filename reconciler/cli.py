@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import (__version__, applyguard, blastradius, collectcmd, controllercheck, gcpause, hostlist, kubesync,
-               outputs, pipeline, report, savedplan, progress, snapshot, snapshotcmd, verifycmd, viewcmd)
+from . import (__version__, applyguard, blastradius, collectcmd, controllercheck, deadline, gcpause, hostlist,
+               kubesync, outputs, pipeline, redact, report, savedplan, progress, snapshot, snapshotcmd, verifycmd,
+               viewcmd)
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError, TargetError
 from .importcmd import add_import_parser
@@ -110,7 +111,9 @@ def _drop_stdout() -> None:
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
-    # Messages quote NodeReports, scontrol and API servers: each line is made inert for the terminal.
+    # Messages quote NodeReports, scontrol and API servers: no credential is ever printed (the last line
+    # of defence), and each line is made inert for the terminal.
+    message = redact.scrub(message)
     print("error: " + "\n".join(map(shown, message.split("\n"))), file=sys.stderr)
     fmt = getattr(args, "format", None)
     if fmt in ("json", "yaml"):
@@ -245,6 +248,10 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
     that only matter when writing (``apply``, ``reconcile``)."""
     c.add_argument("-f", "--file", required=True, metavar="INTENT")
     c.add_argument("--inventory", metavar="PATH", help="NodeReport directory or file (overrides the intent)")
+    c.add_argument("--timeout", metavar="DURATION", type=deadline.timeout_arg, default=deadline.DEFAULT_TIMEOUT,
+                   help="the pass's deadline (90s, 10m, 1h; default %(default)s): a pass still reading when it "
+                   "passes fails with nothing written (exit 1); an apply that has begun writing finishes or rolls "
+                   "back")
     c.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
     c.add_argument("--state-dir", metavar="DIR", help="rackctl state (lock, backups, apply records of "
                    f"both targets, health history); {STATE_DIR_DEFAULT}")
@@ -385,7 +392,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     outputs.refuse_run_inputs(args.out, intent, state.path, field="--out")
     run = _compute(intent, state, offline=args.offline, show_users=args.show_users, kube=_kube_options(args),
                    snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, args.out),
-                   allow_destructive=args.allow_destructive)
+                   allow_destructive=args.allow_destructive, timeout_s=args.timeout)
     if args.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(args.out), report.render(run.plan, "json").encode())
     sys.stdout.write(report.render(run.plan, args.format))
@@ -396,7 +403,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     intent = _intent(args)
     run = _compute(intent, _state(args, intent), offline=args.offline, show_users=args.show_users,
                    kube=_kube_options(args), snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline),
-                   allow_destructive=args.allow_destructive)
+                   allow_destructive=args.allow_destructive, timeout_s=args.timeout)
     sys.stdout.write(report.render(run.plan, args.format, command="drift"))
     return run.plan.drift_exit_code()
 
@@ -412,7 +419,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     with state.lock(timeout_s=lock_timeout_s(args.lock_timeout)) as held:  # before reading: the plan cannot go stale
         recover_interrupted(args, intent, held)
         run = _compute(intent, state, offline=args.offline, kube=kube, allow_destructive=args.allow_destructive,
-                       reload=not args.no_reload)
+                       reload=not args.no_reload, timeout_s=args.timeout)
         if saved is not None:
             savedplan.check_current(saved, run.plan, confirmed_destructive=args.confirmed_destructive)
         return apply_run(args, run, kube, saved=saved)
@@ -476,7 +483,8 @@ def apply_run(args: argparse.Namespace, run: pipeline.Run, kube: kubesync.KubeOp
                 return EXIT_ERROR
             # The prompt may have waited for hours: what it showed is read again before anything is written.
             now = _compute(_intent(args), run.state, offline=args.offline, kube=kube,
-                           allow_destructive=args.allow_destructive, reload=not args.no_reload)
+                           allow_destructive=args.allow_destructive, reload=not args.no_reload,
+                           timeout_s=args.timeout)
             savedplan.check_unmoved(plan, now.plan, (run.live, now.live), intent)
     if intent.slurm_enabled:
         _apply_slurm(args, run)

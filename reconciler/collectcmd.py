@@ -58,7 +58,7 @@ def add_collect_parser(sub, make_sub) -> None:
     out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
     out.add_argument("--out", metavar="FILE", help="write one inventory file")
     s.add_argument("--timeout", type=float, metavar="S", help="stop srun after S seconds (the nodes that "
-                   "have not reported by then are listed as failed); default: no limit")
+                   "have not reported by then are listed as failed); default: %g" % slurm_collect.DEFAULT_TIMEOUT_S)
     s.add_argument("--agent", default="rackctl", metavar="CMD",
                    help="the rackctl executable on the nodes (default %(default)s)")
     s.set_defaults(func=cmd_collect_slurm)

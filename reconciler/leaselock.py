@@ -38,8 +38,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from . import redact
 from .errors import InputError, TargetError
-from .targets.kubernetes import REQUEST_TIMEOUT
+from .targets.kubernetes import REQUEST_TIMEOUT, bounded_answer
 from .targets.kubernetes import _error as request_error
 
 #: Seconds a hold lasts after its last renewal when the holder stops renewing (killed, evicted,
@@ -146,7 +147,7 @@ class LeaseLock:
             raise ValueError(f"a Lease lasts 1 s or more, not {duration_s}")
         self.ref, self.duration_s, self.clock = ref, int(duration_s), clock
         self.identity = identity or holder_identity()
-        self.server = getattr(api_client.configuration, "host", "") or "the API server"
+        self.server = redact.without_userinfo(getattr(api_client.configuration, "host", "") or "the API server")
         self.problems: list[str] = []
         self._api = client.CoordinationV1Api(api_client)
         self._lease: dict[str, Any] | None = None  # as last written by this process, while held
@@ -322,7 +323,9 @@ class LeaseLock:
         """``fn()``'s answer as a Lease document. Raises ``_Missing`` on 404 when ``missing_ok``,
         ``_Conflict`` on 409, else ``TargetError`` naming ``what`` and the server."""
         try:
-            response = fn()
+            data = bounded_answer(what, self.server, fn)
+        except TargetError:
+            raise
         except Exception as exc:
             status = getattr(exc, "status", None)
             if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
@@ -333,7 +336,7 @@ class LeaseLock:
                 raise _Conflict() from None
             raise request_error(what, exc, self.server) from None
         try:
-            doc = json.loads(response.data)
+            doc = json.loads(data)
         except (ValueError, TypeError, AttributeError, RecursionError):
             doc = None
         if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from . import blastradius, controllercheck, freshness, imexcheck, kubesync, provenance
+from . import blastradius, controllercheck, deadline, freshness, imexcheck, kubesync, provenance
 from .diagnostics import INFO, SEVERITIES, WARNING, Diagnostic
 from .errors import InputError
 from .fabric import Fabric, build_fabric
@@ -71,7 +71,7 @@ def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> 
 def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, offline: bool = False,
             show_users: bool = False, kube: KubeOptions = KubeOptions(), snapshot: LiveSnapshot | None = None,
             inventory_progress: Callable[[int, int], None] | None = None, allow_destructive: bool = False,
-            reload: bool = True) -> Run:
+            reload: bool = True, timeout_s: float | None = None) -> Run:
     """Plan one run (``now``: when the inventory's age and damping are judged; default: the clock).
 
     The running controller is read when ``scontrol`` is on PATH and ``offline`` is false; a
@@ -82,8 +82,20 @@ def compute(intent: Intent, state: StateDir, *, now: dt.datetime | None = None, 
     total)``: told as the inventory is read (``load_inventory``'s ``on_progress``).
     ``allow_destructive``: a plan above ``policy.blastRadius`` gets a warning, not an error
     (``blastradius``). ``reload``: whether an apply of this plan runs the reload command (False:
-    ``--no-reload``; the plan then names none). Raises ``InputError``/``TargetError`` for
-    unreadable or invalid input."""
+    ``--no-reload``; the plan then names none). ``timeout_s``: the pass's deadline (``deadline``;
+    None: none), checked between stages and before returning, and cutting each request short: a
+    ``TargetError`` when it passes, before anything is written. Raises
+    ``InputError``/``TargetError`` for unreadable or invalid input."""
+    with deadline.running(timeout_s):
+        run = _start(intent, state, now, offline, show_users, kube, snapshot, inventory_progress, allow_destructive,
+                     reload)
+        deadline.check("planning")
+        return run
+
+
+def _start(intent: Intent, state: StateDir, now: dt.datetime | None, offline: bool, show_users: bool,
+           kube: KubeOptions, snapshot: LiveSnapshot | None, inventory_progress: Callable[[int, int], None] | None,
+           allow_destructive: bool, reload: bool) -> Run:
     now = now or dt.datetime.now(dt.timezone.utc)
     if intent.inventory_path is None:
         raise InputError("no inventory: set inventory.path in the intent or pass --inventory",
@@ -109,6 +121,7 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     inventory = provenance.Digest()
     nodes = load_inventory(intent.inventory_path, on_file=lambda name, text: inventory.add(name, text.encode()),
                            on_progress=inventory_progress)
+    deadline.check("reading the inventory")
     fabric = build_fabric(nodes)
     if intent.slurm_enabled:
         live = slurm_target.read_live(intent, snapshot.files(intent.slurm.config_dir) if snapshot else DISK)
@@ -147,8 +160,10 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                               offline=offline, replay=snapshot.kubernetes() if snapshot else None,
                               node_read=node_read)
         diags += kpass.diagnostics
+        deadline.check("reading the Kubernetes API server")
     if intent.slurm_enabled:
         ctl, view = _controller(intent, desired, live, offline, diags, snapshot)
+        deadline.check("reading the Slurm controller")
     slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
     node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))

@@ -19,7 +19,6 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-import re
 import signal
 import sys
 import threading
@@ -32,10 +31,10 @@ from typing import Any, Callable, Iterator
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
-from . import gcpause, history, kubesync, leaselock, outputs, pipeline, report
+from . import deadline, gcpause, history, kubesync, leaselock, outputs, pipeline, redact, report
 from .atomicfile import atomic_write
 from .errors import InputError, RackctlError
-from .intent import Intent, duration_s, load_intent
+from .intent import Intent, load_intent
 from .statedir import Held, lock_timeout_s
 from .statemigrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 from .untrusted import shown
@@ -45,7 +44,6 @@ MODES = history.MODES
 #: Change kinds (``plan.Change.kind``): every one has a drift and an applied series, 0 when none.
 CHANGE_KINDS = ("file", "block", "partition", "setting", "node", "controller", "object")
 HISTORY_FORMAT_VERSION = "1"
-_DURATION = re.compile(r"[0-9]+[smhd]?")
 MAX_INTERVAL_S = 30 * 86400  # a pass a month at least; longer belongs in cron
 
 RECONCILE_HELP = """\
@@ -180,7 +178,8 @@ def run_pass(args: argparse.Namespace, kube: kubesync.KubeOptions, log: EventLog
                 with _leased(args, log, out.cluster) as lease:
                     _recover(args, log, intent, held)
                     run = pipeline.compute(intent, state, offline=args.offline, kube=kube,
-                                           allow_destructive=args.allow_destructive, reload=not args.no_reload)
+                                           allow_destructive=args.allow_destructive, reload=not args.no_reload,
+                                           timeout_s=args.timeout)
                     _plan_or_apply(args, kube, run, out)
             except leaselock.LeaseHeld:
                 raise  # as when the state dir is locked: nothing of this pass to record
@@ -319,7 +318,8 @@ class EventLog:
 
     def event(self, level: str, event: str, cluster: str, **fields: Any) -> None:
         """Write one event line (fields that are None are left out)."""
-        fields = {k: v for k, v in fields.items() if v is not None}
+        # Scrubbed: a Lease problem or a pass's error may quote what a server answered.
+        fields = {k: redact.scrub(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
         stamp = _stamp(dt.datetime.now(dt.timezone.utc))
         if self.fmt == "json":
             line = json.dumps({"time": stamp, "level": level, "event": event, "cluster": cluster, **fields},
@@ -428,10 +428,7 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise InputError(f"{args.metrics_textfile} is a directory; expected a file name", field="--metrics-textfile")
     interval = None
     if args.interval is not None:
-        if not _DURATION.fullmatch(args.interval) or duration_s(args.interval) == 0:
-            raise InputError(f"{args.interval!r} is not a duration; expected a positive number with an optional "
-                             "unit s, m, h or d (90s, 10m, 1h)", field="--interval")
-        interval = float(duration_s(args.interval))
+        interval = deadline.parse_duration(args.interval, field="--interval")
         if interval > MAX_INTERVAL_S:
             raise InputError(f"{args.interval} is longer than {MAX_INTERVAL_S // 86400} days; expected a shorter "
                              "interval (or one pass from cron)", field="--interval")
@@ -499,7 +496,7 @@ def _message(exc: Exception) -> str:
     """An error as one line (a hint follows the message after "; ")."""
     from .cli import _os_error  # cli imports this module to register it
 
-    text = _os_error(exc) if isinstance(exc, OSError) else str(exc)
+    text = redact.scrub(_os_error(exc) if isinstance(exc, OSError) else str(exc))
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 

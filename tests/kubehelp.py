@@ -68,14 +68,20 @@ def kubernetes_only_rack_cliques(kube, tmp_path: Path) -> Path:
     return intent
 
 
-def example_on(kube, tmp_path: Path, **node_labels: str) -> tuple[Path, list]:
-    """The example's intent copied into ``tmp_path`` (inventory path made absolute), a Node
-    registered for each of its trays, and the common CLI arguments."""
+def example_intent(tmp_path: Path) -> Path:
+    """The example's intent copied into ``tmp_path`` (inventory path made absolute)."""
     intent = tmp_path / "intent.yaml"
     doc = yaml.safe_load((EXAMPLE / "intent.yaml").read_text())
     doc["inventory"]["path"] = str((EXAMPLE / doc["inventory"]["path"]).resolve())
     intent.write_text(yaml.safe_dump(doc, sort_keys=False))
-    for h in hosts_of(Path(doc["inventory"]["path"])):
+    return intent
+
+
+def example_on(kube, tmp_path: Path, **node_labels: str) -> tuple[Path, list]:
+    """The example's intent copied into ``tmp_path`` (``example_intent``), a Node registered for
+    each of its trays, and the common CLI arguments."""
+    intent = example_intent(tmp_path)
+    for h in hosts_of(Path(yaml.safe_load(intent.read_text())["inventory"]["path"])):
         kube.seed(node(h, node_labels))
     return intent, ["-f", intent, "--kubeconfig", kube.kubeconfig, "--state-dir", tmp_path / "state"]
 

@@ -344,3 +344,16 @@ def test_srun_messages_forged_on_a_tasks_stderr_change_nothing(fake_slurm):
 def test_an_overlong_line_is_cut_and_its_tail_never_becomes_a_line():
     stream = io.BytesIO(b"0: " + b"x" * 20 + b"1: rackctl-node: n2\n0: }\n")
     assert list(slurm_collect._lines(stream, limit=16)) == [b"0: " + b"x" * 13, b"0: }"]
+
+
+def test_a_stream_past_its_budget_is_stopped_also_inside_a_line_without_end():
+    # srun's pipes are read to MAX_INVENTORY_BYTES each: an over-long line's dropped tail counts too,
+    # so a task printing one endless line cannot keep rackctl reading.
+    whole = io.BytesIO(b"0: ok\n" * 4)
+    assert list(slurm_collect._lines(whole, limit=16, budget=24)) == [b"0: ok"] * 4
+    endless = io.BytesIO(b"0: ok\n" + b"x" * 100)
+    lines = slurm_collect._lines(endless, limit=16, budget=50)
+    assert next(lines) == b"0: ok"
+    with pytest.raises(slurm_collect._Overflow):
+        next(lines)
+    assert endless.tell() <= 6 + 16 * 4  # stopped within one read of the budget, not at the end

@@ -4,6 +4,7 @@ are rackctl's only when it renders them and no other intent owns the Node."""
 
 from __future__ import annotations
 
+import io
 import json
 from types import SimpleNamespace
 
@@ -26,8 +27,10 @@ def _api() -> KubeApi:
 
 def _answers(*docs):
     """A list call that answers ``docs`` in turn, as the client does with _preload_content=False."""
+    import urllib3
+
     it = iter(docs)
-    return lambda **kw: SimpleNamespace(data=json.dumps(next(it)).encode())
+    return lambda **kw: urllib3.HTTPResponse(io.BytesIO(json.dumps(next(it)).encode()), preload_content=False)
 
 
 @pytest.mark.parametrize("doc", [{"kind": "Status", "status": "Failure"}, {"kind": "NodeList", "items": None},

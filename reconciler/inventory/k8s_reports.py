@@ -26,8 +26,11 @@ Node objects needs no client.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+import os
+import socket
+from typing import Any, Callable, Iterable
 
+from .. import httpguard, redact
 from ..errors import InputError, RackctlError
 from .store import check_node
 
@@ -58,9 +61,6 @@ def node_to_annotate(flag: str | None) -> str:
     """The Node ``discover --publish-annotation`` annotates: ``--node-name``, else ``$NODE_NAME``
     (the DaemonSet sets it from ``spec.nodeName``), else this host's name. Raises ``InputError``
     for an empty ``--node-name``."""
-    import os
-    import socket
-
     if flag == "":
         raise InputError("an empty value; expected a Kubernetes Node name", field="--node-name")
     return flag or os.environ.get("NODE_NAME") or socket.gethostname()
@@ -79,19 +79,29 @@ def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str
                          "nothing published", field="--hostname",
                          hint="leave --hostname out (the report then names the Node), or pass the Node's name")
     body = merge_patch(report)
+    _request(lambda: api.patch_node(node_name, body), f"annotate Node {node_name}",
+             {403: "the agent's ServiceAccount needs patch on nodes (examples/kubernetes/discover-daemonset.yaml), "
+                   "and the admission policy lets it change only its own Node's report annotation "
+                   "(examples/kubernetes/discover-admission-policy.yaml)",
+              404: "pass the Kubernetes Node name with --node-name or NODE_NAME"})
+    return body
+
+
+def _request(call: Callable[[], Any], what: str, hints: dict[int, str]) -> Any:
+    """``call()`` (one request of the client) within ``httpguard.REQUEST_DEADLINE_S``. Raises
+    ``RackctlError`` ("could not WHAT: why", credentials scrubbed; ``hints`` by HTTP status)."""
+    watched = None
     try:
-        api.patch_node(node_name, body)
+        with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
+            return call()
     except Exception as exc:
         status = getattr(exc, "status", None)
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
-        hint = {403: "the agent's ServiceAccount needs patch on nodes (examples/kubernetes/discover-daemonset.yaml), "
-                     "and the admission policy lets it change only its own Node's report annotation "
-                     "(examples/kubernetes/discover-admission-policy.yaml)",
-                404: "pass the Kubernetes Node name with --node-name or NODE_NAME"}.get(status)
-        raise RackctlError(f"could not annotate Node {node_name}: {why}", hint=hint) from None
-    return body
+        if watched is not None and watched.expired:
+            why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
+        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status)) from None
 
 
 def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -138,6 +148,9 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
     text = obj["metadata"]["annotations"][ANNOTATION]
     if not isinstance(text, str):
         return None, f"node {name}: annotation {ANNOTATION} is not a string"
+    if len(text) > MAX_ANNOTATION_BYTES:  # more than Kubernetes stores: never parsed
+        return None, (f"node {name}: annotation {ANNOTATION} holds {len(text)} characters; expected at most "
+                      f"{MAX_ANNOTATION_BYTES} (Kubernetes' limit on one object's annotations)")
     try:
         report = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -166,35 +179,28 @@ def load_api() -> Any:
         config.load_incluster_config()
     except ConfigException:
         try:
-            config.load_kube_config()
+            # Read now: the client's own default is $KUBECONFIG as it was when it was imported.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
         except (ConfigException, OSError) as exc:
             raise RackctlError(f"no Kubernetes configuration: not in a pod, and no usable kubeconfig ({exc})",
                                hint="set KUBECONFIG, or use --from-file with `kubectl get nodes -o yaml`") from None
-    return client.CoreV1Api()
+    return client.CoreV1Api(httpguard.install(client.ApiClient()))
 
 
 def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, Any]]:
     """Every Node (paged) as API JSON dicts. Raises ``RackctlError`` on an API failure."""
     items: list[dict[str, Any]] = []
     token = None
-    try:
-        while True:
-            kwargs: dict[str, Any] = {"limit": _PAGE}
-            if label_selector:
-                kwargs["label_selector"] = label_selector
-            if token:
-                kwargs["_continue"] = token
-            page = api.list_node(**kwargs)
-            doc = api.api_client.sanitize_for_serialization(page)
-            items.extend(doc.get("items") or [])
-            token = (doc.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
-            raise
-        why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
-        raise RackctlError(f"could not list Nodes: {why}",
-                           hint="the collector needs list on nodes (ClusterRole rackctl-collector)"
-                           if status == 403 else None) from None
+    while True:
+        kwargs: dict[str, Any] = {"limit": _PAGE}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if token:
+            kwargs["_continue"] = token
+        page = _request(lambda: api.list_node(**kwargs), "list Nodes",
+                        {403: "the collector needs list on nodes (ClusterRole rackctl-collector)"})
+        doc = api.api_client.sanitize_for_serialization(page)
+        items.extend(doc.get("items") or [])
+        token = (doc.get("metadata") or {}).get("continue")
+        if not token:
+            return items

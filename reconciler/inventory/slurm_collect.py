@@ -57,9 +57,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .. import hostlist
+from .. import boundedrun, hostlist
 from ..errors import InputError, RackctlError
-from .store import check_node
+from .store import MAX_INVENTORY_BYTES, check_node
 
 MARKER = "rackctl-node: "
 # srun's label: the task number right-aligned with spaces, a colon and a space (ASCII digits
@@ -75,6 +75,9 @@ _LAUNCH = re.compile(r"^srun: launching \S+ on host (\S+), [0-9]+ tasks: \[?([0-
 MAX_TASK_CHARS = 4 * 1024 * 1024
 #: Longest line kept (bytes); the rest of a longer line, up to its newline, is dropped.
 MAX_LINE_BYTES = 64 * 1024
+#: Seconds srun runs unless ``--timeout`` says otherwise: one report takes a second on a tray, and
+#: srun starts the tasks of thousands of nodes in parallel.
+DEFAULT_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -108,8 +111,13 @@ def partition_nodes(partition: str) -> list[str]:
     if shutil.which("sinfo") is None:
         raise RackctlError("sinfo not found on PATH; cannot list the nodes of the partition",
                            hint="pass --nodelist HOSTLIST, or run on a Slurm login node")
-    proc = subprocess.run(["sinfo", "--noheader", "--responding", f"--partition={partition}", "--format=%N"],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    try:
+        proc = boundedrun.run(["sinfo", "--noheader", "--responding", f"--partition={partition}", "--format=%N"],
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RackctlError("sinfo did not answer within 120 s", hint="check the controller (`scontrol ping`)") from None
+    except boundedrun.OutputTooLarge as exc:
+        raise RackctlError(f"sinfo printed more than {exc.args[0] // 2**20} MiB; killed") from None
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
     names: list[str] = []
@@ -139,6 +147,7 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     if not nodes:
         raise InputError("no nodes to collect from", field="--nodelist")
     require_srun()
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     argv = srun_command(nodes, partition=partition, agent=agent)
     tasks: dict[int, list[str]] = {}
     sizes: dict[int, int] = {}
@@ -272,13 +281,20 @@ def _task_ids(text: str) -> list[int]:
 
 def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[[str], None],
          timeout: float | None) -> tuple[int | None, bool]:
-    """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out)."""
+    """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out).
+    Each stream is read up to ``store.MAX_INVENTORY_BYTES`` bytes (dropped tails of over-long
+    lines included): past that srun is killed and ``RackctlError`` raised."""
     # Binary pipes: a text-mode pipe would end lines at "\r" too (universal newlines).
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    overflow = threading.Event()
 
     def pump(stream: Any, sink: Callable[[str], None]) -> None:
-        for line in _lines(stream):
-            sink(line.decode("utf-8", "replace"))
+        try:
+            for line in _lines(stream):
+                sink(line.decode("utf-8", "replace"))
+        except _Overflow:
+            overflow.set()
+            proc.kill()
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, on_stdout), daemon=True),
                threading.Thread(target=pump, args=(proc.stderr, on_stderr), daemon=True)]
@@ -302,16 +318,32 @@ def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[
     deadline = time.monotonic() + 10
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
+    if overflow.is_set():
+        raise RackctlError(f"srun printed more than {MAX_INVENTORY_BYTES // 2**20} MiB on one stream; killed",
+                           hint="the agent prints one NodeReport (a few KiB) per node")
     return proc.returncode, timed_out
 
 
-def _lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+class _Overflow(Exception):
+    """A stream of srun's went past its budget."""
+
+
+def _lines(stream: Any, limit: int = MAX_LINE_BYTES, budget: int = MAX_INVENTORY_BYTES) -> Iterator[bytes]:
     """The lines of binary ``stream``, split at ``b"\n"`` only, without it. A line longer than
     ``limit`` bytes is cut there and the rest of it is read and dropped, so that its tail is
-    never taken for a line of its own (which would let a task write another task's label)."""
-    while chunk := stream.readline(limit):
+    never taken for a line of its own (which would let a task write another task's label).
+    Raises ``_Overflow`` once more than ``budget`` bytes were read, dropped ones included."""
+    def read() -> bytes:
+        nonlocal budget
+        chunk = stream.readline(limit)
+        budget -= len(chunk)
+        if budget < 0:
+            raise _Overflow
+        return chunk
+
+    while chunk := read():
         if len(chunk) == limit and not chunk.endswith(b"\n"):
-            while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
+            while (rest := read()) and not rest.endswith(b"\n"):
                 pass
         yield chunk.removesuffix(b"\n")
 

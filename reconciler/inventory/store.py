@@ -20,8 +20,22 @@ from ..errors import InputError
 from ..yamlsource import display_path, read_text
 
 SCHEMA_VERSION = 1
-#: Largest inventory file read (bytes): 2,000 NVL72 racks in one file are ~60 MB.
-MAX_INVENTORY_BYTES = 1024 * 1024 * 1024
+#: Largest inventory file read (bytes): 2,000 NVL72 racks (36,000 NodeReports) take 95 MB.
+MAX_INVENTORY_BYTES = 256 * 1024 * 1024
+#: Most memory an inventory may take once read (bytes), as one file or all the files of a folder,
+#: estimated before each file is decoded: its size plus ``JSON_VALUE_BYTES`` per ``,`` (JSON
+#: separates values with commas; the dearest value, an object holding a list, takes 260 bytes).
+#: 2,000 racks are estimated at 667 MB (and take 316 MB), so this fits 1.4 times that fleet and
+#: keeps any JSON, however it is shaped, under 1 GiB.
+MAX_INVENTORY_MEMORY = 900 * 1024 * 1024
+JSON_VALUE_BYTES = 260
+#: Largest NodeReport file of a folder (bytes): a 4-GPU tray's report takes 2.6 KB.
+MAX_REPORT_BYTES = 1024 * 1024
+#: Most NodeReports in one inventory (files of a folder, counted before any is read, or nodes of
+#: one file): 2.8 times the 36,000 trays of 2,000 racks. A string field of a NodeReport holds at most 256 characters and
+#: a list at most 64 items (``schemas/node-report.schema.json``: checked by the validator that
+#: runs anyway, at no cost of its own).
+MAX_REPORTS = 100_000
 #: Python reads at most this many digits in an integer (sys.get_int_max_str_digits()).
 MAX_INT_DIGITS = 4301
 
@@ -43,11 +57,13 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
     if path.is_dir():
         # Names sorted as text, paths built once: 36,000 Path comparisons and relpaths add seconds.
         names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".json"))
+        _check_count(len(names), "*.json NodeReport files", display_path(path))
         shown, folder = display_path(path), str(path)
         files = [os.path.join(folder, n) for n in names]
         shown_names = [os.path.join(shown, n) for n in names]
     else:
         files, shown_names = [str(path)], [display_path(path)]
+        shown = shown_names[0]
     if path.is_dir() and not files:
         raise InputError("inventory directory holds no *.json NodeReports", file=display_path(path))
     nodes: list[dict[str, Any]] = []
@@ -56,9 +72,9 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
     per_file = on_progress if path.is_dir() else None
     if per_file is not None:
         per_file(0, len(files))
-    read_json = _JsonReader()
+    read_json = _JsonReader(MAX_REPORT_BYTES if path.is_dir() else MAX_INVENTORY_BYTES)
     for done, (f, name) in enumerate(zip(files, shown_names), 1):
-        doc, floats = read_json(f, on_file)
+        doc, floats = read_json(f, on_file, shown)
         if not isinstance(doc, dict):
             raise InputError(f"expected a JSON object (one NodeReport, or {{\"schemaVersion\": 1, \"nodes\": "
                              f"[...]}}), got {_json_kind(doc)}", file=name)
@@ -69,6 +85,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
             if not isinstance(doc["nodes"], list):
                 raise InputError("expected a list of NodeReports", file=name, field="nodes")
             batch = doc["nodes"]
+            _check_count(len(batch), "NodeReports", name)
             places = [f"{name}: nodes[{i}]" for i in range(len(batch))]
             per_node = on_progress if per_file is None else None
             if per_node is not None:
@@ -93,6 +110,12 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         if per_file is not None:
             per_file(done, len(files))
     return nodes
+
+
+def _check_count(count: int, what: str, where: str) -> None:
+    if count > MAX_REPORTS:
+        raise InputError(f"{count} {what}; expected at most {MAX_REPORTS} (store.MAX_REPORTS, 2.8 times a "
+                         "2,000-rack fleet)", file=where)
 
 
 def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple = (), floats: bool = True) -> None:
@@ -156,9 +179,14 @@ def _check_gpu_indexes(node: dict[str, Any], place: str) -> None:
 class _JsonReader:
     """Reads NodeReport files as JSON with one decoder for all of them (a folder inventory is
     36,000 files): duplicate keys refused, and whether a file holds a float noted (NodeReports
-    need none; ``schemas.first_error`` then skips its search for ``18.0`` standing in for 18)."""
+    need none; ``schemas.first_error`` then skips its search for ``18.0`` standing in for 18).
+    ``max_bytes``: the largest file read. No file is decoded once the memory the files read so
+    far would take passes ``MAX_INVENTORY_MEMORY``."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._memory = 0  # estimated bytes, over every file read
+        self._values = 0
         self._floats: list[str] = []
         self._decoder = json.JSONDecoder(parse_float=self._float, parse_constant=self._float,
                                          object_pairs_hook=_object)
@@ -167,9 +195,17 @@ class _JsonReader:
         self._floats.append(literal)
         return float(literal)
 
-    def __call__(self, f: str, on_file: Callable[[str, str], None] | None) -> tuple[Any, bool]:
-        """The JSON document in file ``f`` and whether it holds any float. Raises ``InputError``."""
-        text = read_text(f, what="NodeReport file", max_bytes=MAX_INVENTORY_BYTES)
+    def __call__(self, f: str, on_file: Callable[[str, str], None] | None, inventory: str) -> tuple[Any, bool]:
+        """The JSON document in file ``f`` (of the inventory shown as ``inventory``) and whether
+        it holds any float. Raises ``InputError``."""
+        text = read_text(f, what="NodeReport file", max_bytes=self.max_bytes)
+        commas = text.count(",")
+        self._values += commas + 1
+        self._memory += len(text) + JSON_VALUE_BYTES * commas
+        if self._memory > MAX_INVENTORY_MEMORY:
+            raise InputError(f"the inventory would take more than {MAX_INVENTORY_MEMORY // 2**20} MiB of memory once "
+                             f"read (estimated from its size and its {self._values} JSON values); expected at most that "
+                             "(store.MAX_INVENTORY_MEMORY, 1.4 times a 2,000-rack fleet)", file=inventory)
         if on_file is not None:
             on_file(os.path.basename(f), text)
         self._floats.clear()

@@ -20,9 +20,12 @@ from ..yamlsource import display_path, read_bytes_capped
 
 Kind = Literal["file", "directory", "absent", "other"]
 #: slurm.conf(5) and slurmdbd.conf(5) settings holding a password (``AccountingStoragePass``,
-#: ``JobCompPass``, ``StoragePass``), as ``Key=value`` lines or ``Key = value`` lines of
-#: ``scontrol show config``: their values never leave the host in a snapshot.
-SECRET_SETTING = re.compile(rb"^([ \t]*\w*pass(?:word)?[ \t]*=[ \t]*)([^\s#]+)", re.IGNORECASE | re.MULTILINE)
+#: ``JobCompPass``, ``StoragePass``, in any case), as ``Key=value`` lines or ``Key = value`` lines
+#: of ``scontrol show config``: their values never leave the host in a snapshot. A value runs on
+#: through double-quoted parts (spaces and ``#`` inside them; an unclosed quote to the end of the
+#: line) and ``\``-escapes (``\#`` is a literal ``#``), up to white space or a comment's ``#``.
+SECRET_SETTING = re.compile(rb'^([ \t]*\w*pass(?:word)?[ \t]*=[ \t]*)((?:"[^"\r\n]*(?:"|$)|\\[^\r\n]|[^\s#\\"])+)',
+                            re.IGNORECASE | re.MULTILINE)
 REDACTED = b"REDACTED-by-rackctl-snapshot"
 
 

@@ -15,6 +15,12 @@ a 409 from server-side apply's field ownership (another manager's fields), and a
 patch that carries a resourceVersion (the Node changed: the plan must be made again). A list
 whose continue token expired (410) starts again from the beginning, once.
 
+Every attempt is bounded (``httpguard``, put into the client by ``connect``): an overall
+deadline from connecting to the last byte of the answer, whatever the server trickles, and a
+cap on the answer's size; a body shorter than its Content-Length is retried like a reset
+connection. What the server says is quoted scrubbed of credentials (``redact``), and the server
+is named without ``user:password@``.
+
 Writes follow Kubernetes' own rules:
 - rackctl's objects (Kueue Topology, ResourceFlavor, ClusterQueue) go through server-side apply
   with field manager ``rackctl``; a conflict with another manager is an error unless forced.
@@ -32,7 +38,9 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
+from urllib.parse import urlsplit
 
+from .. import deadline, httpguard, redact
 from ..errors import InputError, TargetError
 from ..kueue import GROUP as KUEUE_GROUP
 from ..kueue import KINDS as KUEUE_KINDS
@@ -44,9 +52,16 @@ COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
 COMPUTE_DOMAIN_PLURAL = "computedomains"
 APPLY = "application/apply-patch+yaml"
 #: (connect, read) seconds for every request: a stalled API server must fail the run, not hang it.
+#: A server that trickles its answer is stopped by each attempt's overall deadline
+#: (``httpguard.REQUEST_DEADLINE_S``, less when the pass's ``--timeout`` leaves less).
 REQUEST_TIMEOUT = (10, 120)
+#: Longest server message quoted in an error (characters).
+MAX_QUOTED_CHARS = 300
 STRATEGIC = "application/strategic-merge-patch+json"
 _PAGE = 500
+#: Most objects one list may hold: 4 times the 36,000 Nodes of 2,000 racks. A server that hands out
+#: pages without end fails the read instead of filling memory.
+MAX_LIST_ITEMS = 150_000
 #: Most requests rackctl has in flight at once (Node patches of a fleet's first apply): enough to
 #: hide the round trip, few enough not to crowd the API server's priority-and-fairness queues.
 MAX_IN_FLIGHT = 16
@@ -90,8 +105,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, client
     """An ``ApiClient``: ``kubeconfig`` when given, else in-cluster config (a pod's
     ServiceAccount), else ``$KUBECONFIG`` / ``~/.kube/config``. ``client_retries``: False when
     the caller retries itself (``KubeApi``): the transport then makes one attempt per request
-    (urllib3 would otherwise repeat reads and 429s unseen and unpaced). Raises ``InputError`` for
-    a ``kubeconfig`` that does not exist, else ``TargetError``."""
+    (urllib3 would otherwise repeat reads and 429s unseen and unpaced). The client's pools get
+    ``httpguard``'s bounds, and its credentials are remembered for ``redact.scrub``. Raises
+    ``InputError`` for a ``kubeconfig`` that does not exist, else ``TargetError``."""
     import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -104,23 +120,70 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, client
     cfg.connection_pool_maxsize = MAX_IN_FLIGHT
     if not client_retries:
         cfg.retries = False
+    source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
+        loaded = False
         if kubeconfig is None and context is None:
             try:
                 config.load_incluster_config(client_configuration=cfg)
-                return client.ApiClient(cfg)
+                loaded, source = True, "the in-cluster config"
             except ConfigException:
                 pass
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        return client.ApiClient(cfg)
+        if not loaded:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as exc:
-        source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = redact.scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         if not isinstance(exc, (ConfigException, OSError)):
             why = f"not a kubeconfig: {type(exc).__name__}: {why}"
         hint = ("check the name against `kubectl config get-contexts`" if context and "context" in why.lower()
                 else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount")
         raise TargetError(f"{source}: no usable Kubernetes configuration ({why})", hint=hint) from None
+    _guard_credentials(cfg, source)
+    return httpguard.install(client.ApiClient(cfg))
+
+
+def _guard_credentials(cfg: Any, source: str) -> None:
+    """Remember ``cfg``'s credentials for ``redact.scrub``, drop ``user:password@`` from its server
+    URL (urllib3 never sends it), and trim a token's surrounding white space (a token file or
+    field written with a stray newline), also when the client reloads it before each request.
+    Raises ``TargetError``, never quoting the token, for one with a control character inside."""
+    redact.remember(*cfg.api_key.values(), cfg.password, cfg.username and cfg.password and
+                    f"{cfg.username}:{cfg.password}")
+    for name in ("key_file", "cert_file"):  # client-key-data lands in a temporary file
+        path = getattr(cfg, name, None)
+        if path and os.path.isfile(path) and os.path.getsize(path) < 1024 * 1024:
+            with open(path, "rb") as f:
+                redact.remember(f.read())
+    try:
+        url = urlsplit(cfg.host or "")
+        userinfo = url.netloc.rpartition("@")[0]
+    except ValueError:  # not a URL: the request fails, saying so
+        userinfo = ""
+    if userinfo:
+        redact.remember(userinfo, url.password)
+        cfg.host = redact.without_userinfo(cfg.host)
+    _trim_token(cfg, source)
+    hook = cfg.refresh_api_key_hook
+    if hook is not None:
+        def refreshed(c: Any) -> None:
+            hook(c)
+            c.refresh_api_key_hook = refreshed  # the client's hook puts itself back each time
+            _trim_token(c, source)
+        cfg.refresh_api_key_hook = refreshed
+
+
+def _trim_token(cfg: Any, source: str) -> None:
+    for key, value in list(cfg.api_key.items()):
+        if not isinstance(value, str):
+            continue
+        scheme, _, token = value.partition(" ")
+        trimmed = f"{scheme} {token.strip()}" if token else value.strip()
+        if any(ord(c) < 32 or ord(c) == 127 for c in trimmed):
+            raise TargetError(f"{source}: the user's credential (a {scheme} token) holds a control character; "
+                              "expected one line of printable text", hint="write the token again without line breaks")
+        if trimmed != value:
+            redact.remember(trimmed)
+            cfg.api_key[key] = trimmed
 
 
 class KubeApi:
@@ -134,7 +197,7 @@ class KubeApi:
     def __init__(self, api_client: Any, retry: RetryPolicy | None = None) -> None:
         from kubernetes import client
 
-        self.server = getattr(api_client.configuration, "host", "") or "the API server"
+        self.server = redact.without_userinfo(getattr(api_client.configuration, "host", "") or "the API server")
         self.retry = retry or RETRY
         self.retried: Counter[str] = Counter()
         self._retried_lock = threading.Lock()
@@ -199,7 +262,7 @@ class KubeApi:
         longer holds the list's snapshot) the list starts again from the beginning, once; the
         items already handed out are not handed out again (each is as the first snapshot saw
         it), so no object is listed twice. Raises ``TargetError``."""
-        token, seen, restarted = None, set(), False
+        token, seen, restarted, count = None, set(), False, 0
         given: set[tuple[Any, Any]] = set()
         while True:
             kwargs: dict[str, Any] = {"limit": _PAGE, "_request_timeout": REQUEST_TIMEOUT}
@@ -217,7 +280,12 @@ class KubeApi:
                 continue
             # A list answer always holds an items list; anything else (a Status, null) is a
             # failed read, never an empty cluster.
-            for item in _list_of(doc.get("items"), f"{what}: items", self.server):
+            items = _list_of(doc.get("items"), f"{what}: items", self.server)
+            count += len(items)
+            if count > MAX_LIST_ITEMS:
+                raise TargetError(f"kubernetes: {what}: {self.server} listed more than {MAX_LIST_ITEMS} objects (the "
+                                  "most rackctl reads of one kind); the list was not read")
+            for item in items:
                 meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
                 key = (meta.get("namespace"), meta.get("name"))
                 if isinstance(key[1], str) and isinstance(key[0], (str, type(None))):  # else parse_node says so
@@ -272,16 +340,19 @@ class KubeApi:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False, expired_ok: bool = False,
-              precondition: bool = False) -> Any:
-        """``fn()``, tried again while it fails transiently (see the module docstring) and
-        ``self.retry`` allows. ``missing_ok``: raise ``_Missing`` on 404; ``expired_ok``: raise
-        ``_Expired`` on 410; ``precondition``: the request carries a resourceVersion, so a 409
-        means the object changed (never retried). Raises ``TargetError``."""
+              precondition: bool = False) -> bytes:
+        """The body of ``fn()``'s answer (bytes; ``fn`` asks with ``_preload_content=False``), tried
+        again while it fails transiently (see the module docstring) and ``self.retry`` allows.
+        Each attempt, its body read included, is bounded by ``httpguard``: a deadline (not
+        retried: the server answers, too slowly) and a size. ``missing_ok``: raise ``_Missing``
+        on 404; ``expired_ok``: raise ``_Expired`` on 410; ``precondition``: the request carries
+        a resourceVersion, so a 409 means the object changed (never retried). Raises
+        ``TargetError``."""
         attempt, started = 0, self.retry.clock()
         while True:
             attempt += 1
             try:
-                return fn()
+                return bounded_answer(what, self.server, fn)
             except TargetError:
                 raise
             except Exception as exc:
@@ -304,8 +375,7 @@ class KubeApi:
 
     def _json(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False,
               expired_ok: bool = False) -> dict[str, Any]:
-        response = self._call(what, fn, missing_ok=missing_ok, expired_ok=expired_ok)
-        data = response.data if hasattr(response, "data") else response
+        data = self._call(what, fn, missing_ok=missing_ok, expired_ok=expired_ok)
         try:
             doc = json.loads(data)
         except (ValueError, TypeError, RecursionError) as exc:
@@ -317,8 +387,40 @@ class KubeApi:
         return doc
 
 
+def bounded_answer(what: str, server: str, fn: Callable[[], Any]) -> bytes:
+    """The body of ``fn()``'s answer (bytes; ``fn`` asks with ``_preload_content=False``) in one
+    attempt bounded by ``httpguard``: a deadline (``REQUEST_DEADLINE_S``, or what is left of the
+    pass's ``--timeout``) and a size. Raises ``TargetError`` naming ``what`` and ``server`` for an
+    attempt past its deadline (not worth retrying: the server answers, too slowly) or too large,
+    else what ``fn`` or reading the body raised."""
+    seconds = deadline.cap(httpguard.REQUEST_DEADLINE_S, f"waiting for {what}")
+    try:
+        with httpguard.attempt(seconds) as watched:
+            try:
+                return httpguard.read_answer(fn())
+            except Exception:
+                if watched.expired:
+                    raise _TooSlow() from None
+                raise
+    except _TooSlow:
+        passed = (f"before the pass's deadline (--timeout {deadline.limit():g} s); nothing was written"
+                  if seconds < httpguard.REQUEST_DEADLINE_S else
+                  f"within {httpguard.REQUEST_DEADLINE_S:g} s (the deadline of one request); gave up")
+        raise TargetError(f"kubernetes: {what}: {server} sent no complete answer {passed}",
+                          hint="the API server or the network to it is too slow; check its health "
+                          "(`kubectl get --raw /readyz`)") from None
+    except httpguard.AnswerTooLarge as exc:
+        why = exc.args[0] if exc.args else (f"an answer larger than {httpguard.MAX_ANSWER_BYTES // 2**20} MiB, the "
+                                            "most rackctl reads")
+        raise TargetError(f"kubernetes: {what}: {server} sent {why}; not read") from None
+
+
 class _Missing(Exception):
     """A 404 where absence is an answer (get, delete, patch of a vanished Node)."""
+
+
+class _TooSlow(Exception):
+    """An attempt that passed its deadline (``httpguard.Attempt.expired``)."""
 
 
 class _Expired(Exception):
@@ -340,7 +442,9 @@ def _transient(exc: Exception) -> tuple[str | None, float | None]:
     status = getattr(exc, "status", None)
     if status is None:  # no answer: urllib3's exception, perhaps wrapped in MaxRetryError
         text = str(getattr(exc, "reason", None) or exc).lower()
-        for words, why in (("timed out", "timed out"), ("refused", "connection refused"),
+        # A body shorter than its Content-Length, or a chunked one cut off: a reset, in effect.
+        for words, why in (("incompleteread", "short answer"), ("ended prematurely", "short answer"),
+                           ("timed out", "timed out"), ("refused", "connection refused"),
                            ("reset", "connection reset"), ("aborted", "connection reset"),
                            ("closed connection", "connection reset"), ("broken pipe", "connection reset")):
             if words in text:
@@ -510,7 +614,15 @@ def _error(what: str, exc: Exception, server: str, *, attempts: int = 1) -> Targ
             "--force-conflicts to take them over, or resolve the conflict" if "conflict" in str(message).lower()
             else None}.get(status)
     detail = f" ({'; '.join(str(c) for c in causes if c)})" if any(causes) and status == 409 else ""
-    return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {message}{detail}{tries}", hint=hint)
+    return TargetError(f"kubernetes: {what}: HTTP {status} from {server}: {quoted(f'{message}{detail}')}{tries}",
+                       hint=hint)
+
+
+def quoted(text: str) -> str:
+    """A server's message as rackctl quotes it: one line, at most ``MAX_QUOTED_CHARS``
+    characters, credentials removed (a server may echo the request's Authorization header)."""
+    line = " ".join(redact.scrub(str(text)).split())
+    return line if len(line) <= MAX_QUOTED_CHARS else line[:MAX_QUOTED_CHARS - 3] + "..."
 
 
 def _network_why(exc: Exception) -> str:

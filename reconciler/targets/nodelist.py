@@ -11,7 +11,8 @@ timeouts, ``targets.kubernetes``), runs ``read_nodes`` and answers with the pars
 Protocol, over the child's standard streams:
 
     stdin   one line of JSON: {"kubeconfig": str | null, "context": str | null,
-            "labelPrefix": str, "cordonAnnotation": str}; then kept open. The child exits as soon
+            "labelPrefix": str, "cordonAnnotation": str, "deadlineS": seconds left of the pass's
+            deadline | null, "timeoutS": the pass's --timeout in seconds}; then kept open. The child exits as soon
             as it reads end-of-file, so a parent that gives up (``NodeListing.cancel``) or dies
             never leaves it waiting on an API server.
     stdout  one marshal value: ("nodes", [LiveNode fields in order, ...], {retry reason: count})
@@ -43,6 +44,7 @@ import traceback
 from pathlib import Path
 from typing import IO
 
+from .. import deadline, redact
 from ..errors import InputError, TargetError
 from .kubernetes import KubeApi, LiveNode, connect, read_nodes
 
@@ -75,14 +77,14 @@ class NodeListing:
             answer = None
         if isinstance(answer, tuple) and answer[:1] in (("nodes",), ("error",)):
             if said:
-                sys.stderr.write(said)  # the child's warnings, as the parent would have printed them
+                sys.stderr.write(redact.scrub(said))  # the child's warnings, as the parent would print them
             if answer[0] == "nodes":
                 return {t[0]: LiveNode(*t) for t in answer[1]}, answer[2]
             kind, message, hint, file, line, field = answer[1:]
             if kind == "InputError":
                 raise InputError(message, file=file, line=line, field=field, hint=hint)
             raise TargetError(message, hint=hint)
-        last = said.strip().splitlines()[-1:]
+        last = redact.scrub(said).strip().splitlines()[-1:]
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         raise TargetError(f"kubernetes: list Nodes: the child process listing them ({MODULE}) ended without an "
                           f"answer ({how})" + (f": {last[0]}" if last else ""))
@@ -114,7 +116,7 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
             f"root in map(os.path.realpath, sys.path) or sys.path.insert(0, root); "
             f"from {MODULE} import serve; serve()")
     request = {"kubeconfig": kubeconfig, "context": context, "labelPrefix": label_prefix,
-               "cordonAnnotation": cordon_annotation}
+               "cordonAnnotation": cordon_annotation, "deadlineS": deadline.left(), "timeoutS": deadline.limit()}
     stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child can never block on it
     try:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -136,8 +138,9 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
 
 def _answer(request: dict) -> tuple:
     try:
-        api = KubeApi(connect(request["kubeconfig"], request["context"], client_retries=False))
-        nodes = read_nodes(api, request["labelPrefix"], request["cordonAnnotation"])
+        with deadline.running(request["deadlineS"], timeout=request["timeoutS"]):  # what is left of the parent's
+            api = KubeApi(connect(request["kubeconfig"], request["context"], client_retries=False))
+            nodes = read_nodes(api, request["labelPrefix"], request["cordonAnnotation"])
     except InputError as exc:
         return ("error", "InputError", exc.message, exc.hint, exc.file, exc.line, exc.field)
     except TargetError as exc:

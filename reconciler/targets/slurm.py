@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, hostlist, journal, slurmconf
+from .. import __version__, boundedrun, hostlist, journal, slurmconf
 from . import slurm_controller
 from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
 from ..errors import RackctlError, TargetError
@@ -582,11 +582,13 @@ def _reload(intent: Intent) -> str | None:
     """Run the reload command; None on success, else why it failed."""
     cmd = list(intent.slurm.reload)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S, check=False)
+        proc = boundedrun.run(cmd, timeout=RELOAD_TIMEOUT_S)
     except FileNotFoundError:
         return f"command not found: {cmd[0]}"
     except subprocess.TimeoutExpired:
         return f"timed out after {RELOAD_TIMEOUT_S} s"
+    except boundedrun.OutputTooLarge as exc:
+        return f"printed more than {exc.args[0] // 2**20} MiB; killed"
     if proc.returncode == 0:
         return None
     return (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .. import hostlist
+from .. import boundedrun, deadline, hostlist
 from ..errors import RackctlError, TargetError
 
 COMMAND_TIMEOUT_S = 120
@@ -117,13 +117,8 @@ def run(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> str:
     """Run a Slurm client command and return its stdout. Raises ``TargetError`` naming the
     command and its error output when it is missing, fails or times out."""
     shown = " ".join(args)
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise TargetError(f"`{shown}`: command not found", hint="run rackctl on a Slurm client host, "
-                          "or pass --offline to plan from the files alone") from None
-    except subprocess.TimeoutExpired:
-        raise TargetError(f"`{shown}` timed out after {timeout:g} s") from None
+    proc = _bounded(args, timeout, "run rackctl on a Slurm client host, or pass --offline to plan from the "
+                    "files alone")
     if proc.returncode != 0:
         why = _last_lines(proc.stderr or proc.stdout) or f"exit code {proc.returncode}"
         raise TargetError(f"`{shown}` failed: {why}")
@@ -134,15 +129,27 @@ def run_status(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> tuple[
     """Run a Slurm client command whose exit code is an answer, not a failure, and return
     ``(exit code, stdout, stderr)``: ``sbatch --test-only`` prints its placement (or why it has
     none) on stderr and exits 1 when a job cannot be placed. Raises ``TargetError`` only when the
-    command is missing or times out."""
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise TargetError(f"`{' '.join(args)}`: command not found",
-                          hint="run rackctl on a Slurm client host") from None
-    except subprocess.TimeoutExpired:
-        raise TargetError(f"`{' '.join(args)}` timed out after {timeout:g} s") from None
+    command is missing, times out or prints more than ``boundedrun.MAX_OUTPUT_BYTES``."""
+    proc = _bounded(args, timeout, "run rackctl on a Slurm client host")
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def _bounded(args: list[str], timeout: float, missing_hint: str) -> subprocess.CompletedProcess:
+    """``boundedrun.run`` of a Slurm client command, its timeout cut to what is left of the
+    pass's deadline (``deadline.cap``). Raises ``TargetError`` naming the command when it is
+    missing, times out or prints too much."""
+    shown = " ".join(args)
+    timeout = deadline.cap(timeout, f"waiting for `{shown}`")
+    try:
+        return boundedrun.run(args, timeout=timeout)
+    except FileNotFoundError:
+        raise TargetError(f"`{shown}`: command not found", hint=missing_hint) from None
+    except subprocess.TimeoutExpired:
+        raise TargetError(f"`{shown}` timed out after {timeout:g} s") from None
+    except boundedrun.OutputTooLarge as exc:
+        raise TargetError(f"`{shown}` printed more than {exc.args[0] // 2**20} MiB (the most rackctl reads of a "
+                          "command); killed", hint="check the command on PATH: a Slurm client prints far less "
+                          "for any fleet") from None
 
 
 def ping(run_command: Runner = run) -> bool:
