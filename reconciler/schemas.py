@@ -186,6 +186,9 @@ def describe(err: jsonschema.ValidationError) -> str:
         msg = f"{err.instance!r} is not allowed; expected one of: {', '.join(map(repr, allowed))}"
     elif err.validator in ("minProperties", "maxProperties") and hint:
         msg = f"{err.message}; expected {hint}"
+    elif err.validator in ("maxLength", "maxItems"):  # the input bounds: say the limit, not the value
+        unit = "characters" if err.validator == "maxLength" else "items"
+        msg = f"{len(err.instance):,} {unit}; expected at most {err.validator_value:,} {unit}"
     else:
         bounds = ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
         msg = err.message + (f" ({hint})" if hint and err.validator in bounds else "")
