@@ -97,3 +97,22 @@ def test_a_server_quoting_the_bare_token_never_gets_it_printed(tmp_path):
             assert TOKEN not in proc.stdout + proc.stderr, (argv[0], proc.stderr)
     finally:
         server.shutdown()
+
+
+def test_one_node_annotation_with_a_5000_digit_number_is_refused_for_that_node_only(tmp_path, capsys):
+    """A tenant's tray publishes a report whose cliqueId has 5,000 digits: json.loads raises a
+    plain ValueError (Python's int-string limit), which read_annotation does not catch, and
+    `collect kubernetes` stops for the whole fleet with an internal error."""
+    from clihelp import run_main
+
+    good = json.loads((ROOT / "examples/dc1-gb200/inventory/gb-r01-n02.json").read_text())
+    bad = (ROOT / "examples/dc1-gb200/inventory/gb-r01-n01.json").read_text()
+    bad = bad.replace('"cliqueId": 32766', '"cliqueId": ' + "9" * 5000, 1)
+    nodes = {"kind": "NodeList", "apiVersion": "v1", "items": [
+        {"metadata": {"name": "gb-r01-n01", "annotations": {"rackctl.dev/node-report": bad}}},
+        {"metadata": {"name": "gb-r01-n02", "annotations": {"rackctl.dev/node-report": json.dumps(good)}}}]}
+    src = tmp_path / "nodes.json"
+    src.write_text(json.dumps(nodes))
+    res = run_main(capsys, "collect", "kubernetes", "--from-file", src, "--out", tmp_path / "inv.json")
+    assert "internal error" not in res.err, res.err
+    assert res.rc == 0 and (tmp_path / "inv.json").exists() and "gb-r01-n01" in res.err, res
