@@ -116,3 +116,32 @@ def test_one_node_annotation_with_a_5000_digit_number_is_refused_for_that_node_o
     res = run_main(capsys, "collect", "kubernetes", "--from-file", src, "--out", tmp_path / "inv.json")
     assert "internal error" not in res.err, res.err
     assert res.rc == 0 and (tmp_path / "inv.json").exists() and "gb-r01-n01" in res.err, res
+
+
+class Deep(http.server.BaseHTTPRequestHandler):
+    """Answers 403 with an error body nested 200,000 arrays deep (well under the 64 MiB cap)."""
+    body = b"[" * 200_000 + b"]" * 200_000
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+def test_a_deeply_nested_error_body_is_one_error_not_an_internal_error(tmp_path):
+    """targets.kubernetes.request_error and _status_doc catch ValueError but not RecursionError."""
+    server, url = serve(Deep)
+    try:
+        kc = kubeconfig(tmp_path, url)
+        proc = subprocess.run([sys.executable, "-m", "reconciler", "plan", "-f",
+                               str(ROOT / "examples/dc1-gb200-kubernetes/intent.yaml"), "--kubeconfig", str(kc),
+                               "--state-dir", str(tmp_path / "state")], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120, env={"PATH": "/usr/bin:/bin", "RACKCTL_NO_PROGRESS": "1"})
+        assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
+    finally:
+        server.shutdown()
