@@ -58,3 +58,19 @@ def test_a_state_dir_a_co_tenant_made_in_a_sticky_shared_folder_is_refused(tmp_p
         (c / "health.json").write_text("{")  # the apply after recovery fails: the Prolog stays
         run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline")
         assert prolog.read_bytes() != evil, "recovery wrote the co-tenant's bytes into the root Prolog"
+
+
+def test_a_world_writable_cluster_folder_below_a_good_state_dir_is_refused(tmp_path, capsys):
+    """check_private runs on the state dir itself, and on the cluster folder only when this run
+    made it: an existing <state>/<cluster> of mode 0777 (a restored tarball, an operator's
+    mkdir) lets anyone plant journal.json and backups/, which recovery then writes into the
+    config dir (see the test above)."""
+    intent, cfg = site(tmp_path)
+    state = tmp_path / "state"
+    (state / CLUSTER).mkdir(parents=True)
+    state.chmod(0o755)
+    (state / CLUSTER).chmod(0o777)
+    before = snapshot(cfg)
+    res = run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline", "--take-over")
+    assert res.rc == 1 and "mode 0777" in res.err and str(state / CLUSTER) in res.err, res
+    assert snapshot(cfg) == before
