@@ -42,3 +42,32 @@ def test_one_tray_flooding_its_output_costs_only_its_own_report(tmp_path):
     assert proc.returncode == 0 and out.exists(), proc.stderr
     assert "gb-r01-n02" in proc.stderr
     assert [n["hostname"] for n in json.loads(out.read_text())["nodes"]] == ["gb-r01-n01"]
+
+
+SINFO = "#!/bin/sh\ni=0; while [ $i -lt 10 ]; do echo \"n$i-[0-999999]\"; i=$((i+1)); done\n"
+PARTITION_NODES = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from reconciler.errors import RackctlError
+from reconciler.inventory import slurm_collect
+try:
+    nodes = slurm_collect.partition_nodes("p")
+    print("expanded", len(nodes))
+except RackctlError as exc:
+    print("refused", exc)
+except MemoryError:
+    print("MemoryError")
+"""
+
+
+def test_sinfo_naming_ten_million_hosts_in_150_bytes_is_refused_without_exhausting_memory(tmp_path):
+    """Each sinfo line is capped at 1,000,000 hosts by hostlist.expand, but not their sum:
+    ten 15-byte lines take 5 GB and minutes (the controller's output is untrusted)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "sinfo").write_text(SINFO)
+    (bin_ / "sinfo").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, "-c", PARTITION_NODES], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.startswith("refused"), (proc.stdout, proc.stderr[-500:])
