@@ -74,3 +74,22 @@ def test_a_world_writable_cluster_folder_below_a_good_state_dir_is_refused(tmp_p
     res = run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline", "--take-over")
     assert res.rc == 1 and "mode 0777" in res.err and str(state / CLUSTER) in res.err, res
     assert snapshot(cfg) == before
+
+
+def test_the_recovery_line_shows_the_journals_text_inert(tmp_path, capsys):
+    """The journal's host and startedAt reach `print(f"Recovery: {note}.")` unescaped: an ESC
+    sequence (a terminal title, a cleared screen) and a forged second line reach the operator."""
+    intent, cfg = site(tmp_path)
+    state = tmp_path / "state"
+    assert run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline",
+                    "--take-over").rc == 0
+    c = state / CLUSTER
+    topo = (cfg / "topology.conf").read_bytes()
+    (c / "journal.json").write_text(json.dumps({
+        "format": 1, "pid": 1, "host": "ctl1\x1b]0;owned\x07\x1b[2J\nRecovery: all fine", "bootId": None,
+        "startedAt": "x", "configDir": str(cfg.resolve()), "backup": "backups/none",
+        "recordBefore": digest((c / "applied.json").read_bytes()),
+        "files": {"topology.conf": {"old": digest(topo), "new": digest(topo)}}, "written": [],
+        "reloadStarted": False}))
+    res = run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline")
+    assert "\x1b" not in res.out and "\nRecovery: all fine" not in res.out, res.out
