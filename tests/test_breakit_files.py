@@ -93,3 +93,23 @@ def test_the_recovery_line_shows_the_journals_text_inert(tmp_path, capsys):
         "reloadStarted": False}))
     res = run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline")
     assert "\x1b" not in res.out and "\nRecovery: all fine" not in res.out, res.out
+
+
+def test_a_world_writable_root_prolog_is_not_kept_world_writable(tmp_path, capsys):
+    """The per-job IMEX Prolog runs as root on every node; a copy that is 0777 before an apply
+    (a site's hand-made file, taken over) keeps mode 0777 after it ("mode kept"), so any user can
+    replace what root runs. check_private checks the folders, never the managed files."""
+    from reconciler.intent import IMEX_SCRIPTS
+
+    intent, cfg = site(tmp_path)
+    state = tmp_path / "state"
+    prolog = cfg / IMEX_SCRIPTS["Prolog"]
+    assert run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline",
+                    "--take-over").rc == 0
+    if not prolog.exists():
+        pytest.skip("this example writes no IMEX scripts")
+    prolog.chmod(0o777)
+    with prolog.open("a") as f:
+        f.write("# edited\n")
+    res = run_main(capsys, "apply", "-f", intent, "--state-dir", state, "--auto-approve", "--offline")
+    assert res.rc == 1 or not prolog.stat().st_mode & 0o022, (oct(prolog.stat().st_mode), res)
