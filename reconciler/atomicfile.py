@@ -14,8 +14,9 @@ from .safedir import SafeDir
 
 def atomic_write(path: Path, data: bytes, *, default_mode: int = 0o644) -> None:
     """Write ``data`` to ``path``: temp file in the same folder (made when missing), fsync,
-    rename, fsync the folder. An existing file keeps its mode and (when permitted) its owner and
-    group; a new one gets ``default_mode``. Raises ``OSError`` naming ``path`` on failure (a link,
+    rename, fsync the folder. An existing file keeps its mode (less group and other write and the
+    setuid, setgid and sticky bits) and (when permitted) its owner and group; a new one gets
+    ``default_mode``. Raises ``OSError`` naming ``path`` on failure (a link,
     directory, device, FIFO or socket at it; see ``out_folder``), leaving ``path`` untouched."""
     out_folder(path.parent, make=True, shown=str(path)).write(_name(path), data, default_mode=default_mode)
 

@@ -432,7 +432,7 @@ def recover_interrupted(args: argparse.Namespace, intent: Intent, held: Held) ->
     nothing else happens)."""
     note = slurm_target.recover(intent, held, reload=not args.no_reload, offline=args.offline)
     if note is not None:
-        print(f"Recovery: {note}.", flush=True)
+        print(shown(f"Recovery: {note}."), flush=True)  # the journal is read from disk: its text made inert
     return note
 
 

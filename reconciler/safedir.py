@@ -142,14 +142,20 @@ class SafeDir:
             raise error(f"cannot read {what}: {opened.strerror or opened}")
         fd = opened
         try:
+            st = os.fstat(fd)
+            links = st.st_nlink if stat.S_ISREG(st.st_mode) else 1  # a folder's count is of its entries
+            if links > 1:  # a hard link planted here would bring another file's bytes into a diff or backup
+                raise error(f"{what} has {links} hard links; rackctl reads no file below {self.path} that is also "
+                            "elsewhere, expected a file of its own")
             return read_fd_capped(fd, what=what, max_bytes=max_bytes, error=error)
         finally:
             os.close(fd)
 
     def write(self, rel: str, data: bytes, *, default_mode: int = 0o644) -> None:
         """Replace ``rel`` with ``data`` atomically (temp file, fsync, rename, fsync the folder),
-        making its folders (0700). An existing file keeps its mode and (when permitted) its owner
-        and group; a new one gets ``default_mode``. Raises ``OSError`` (``rel`` untouched)."""
+        making its folders (0700). An existing file keeps its mode (less group and other write and
+        the setuid, setgid and sticky bits) and (when permitted) its owner and group; a new one gets
+        ``default_mode``. Raises ``OSError`` (``rel`` untouched)."""
         parent, name = _split(rel)
         with self.dir_fd(parent, create=True) as dfd:
             tmp = self._stage(dfd, name, rel, data, default_mode, sync=True)
@@ -204,7 +210,9 @@ class SafeDir:
                 fh.flush()
                 if sync:
                     os.fsync(fh.fileno())
-                os.fchmod(fh.fileno(), st.st_mode & 0o7777 if st else default_mode)
+                # Kept, less what lets others change it or run it as its owner (slurmd runs the
+                # IMEX scripts as root): no group/other write, no setuid, setgid or sticky bit.
+                os.fchmod(fh.fileno(), st.st_mode & 0o755 if st else default_mode)
                 if st is not None:
                     with contextlib.suppress(PermissionError):  # not root: the file stays ours
                         os.fchown(fh.fileno(), st.st_uid, st.st_gid)
@@ -320,15 +328,17 @@ def _replace(dfd: int, tmp: str, name: str) -> None:
     os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
 
-def check_private(path: Path, *, what: str) -> None:
+def check_private(path: Path, *, what: str, any_owner: bool = False) -> None:
     """Refuse, with ``TargetError`` naming the path and its mode, a directory ``path`` (resolved;
     when missing, the folders above it) that anyone but root and its owner could change, or an
     ancestor of it in which anyone else could rename or replace it. Each must not be writable by
     group or others, except by the group when it is one of the running process's groups (a PVC's
-    ``fsGroup``), and by others for a root-owned sticky ancestor (``/tmp``); the directory may have
-    any owner (``/etc/slurm`` owned by the SlurmUser), an ancestor only root, the running user or
-    the directory's own owner (anyone else could swap the directory).
-    ``what`` names the directory in the message (``state dir``, ``Slurm config dir``)."""
+    ``fsGroup``), and by others for a root-owned sticky ancestor (``/tmp``). The directory must be
+    owned by root or the running user (rackctl's own state: its owner could plant a journal), or
+    with ``any_owner`` by anyone (the Slurm config dir, ``/etc/slurm`` owned by the SlurmUser); an
+    ancestor only by root, the running user or the directory's own owner (anyone else could swap
+    the directory). ``what`` names the directory in the message (``state dir``, ``Slurm config
+    dir``)."""
     uid, groups = os.geteuid(), {os.getegid(), *os.getgroups()}
     current, itself, owner = path, True, uid
     while True:
@@ -340,10 +350,10 @@ def check_private(path: Path, *, what: str) -> None:
         mode = stat.S_IMODE(st.st_mode)
         sticky_ok = not itself and st.st_uid == 0 and mode & stat.S_ISVTX
         why = None
-        if itself:
+        if itself and any_owner:
             owner = st.st_uid
         if st.st_uid not in (0, uid, owner):
-            why = f"owned by uid {st.st_uid}"
+            why = f"owned by uid {st.st_uid}" + ("" if not itself else ", not by root or the running user")
         elif mode & 0o002 and not sticky_ok:
             why = "writable by others"
         elif mode & 0o020 and st.st_gid not in groups and not sticky_ok:

@@ -331,15 +331,22 @@ class StateDir:
                           hint="another apply or reconcile pass is starting and ending over and over; try again")
 
     def _make(self) -> list[Path]:
-        """Check the state dir (``check_private``) and make the cluster's folder and its missing
-        parents (0700): the folders made, innermost first."""
+        """Check the state dir (``check_private``), make the cluster's folder and its missing
+        parents (0700), and check the cluster's folder too, found or made (a journal planted in a
+        folder others could write would be recovered into the config dir): the folders made,
+        innermost first; those are removed again when the check refuses."""
         check_private(self.root, what="state dir")
         made = _missing_folders(self.path)
         for folder in reversed(made):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder, 0o700)
-        if made:  # made just now: what an ancestor let someone slip in is seen here
+        try:
             check_private(self.path, what="state dir")
+        except TargetError:
+            with contextlib.suppress(OSError):
+                for folder in made:
+                    os.rmdir(folder)
+            raise
         return made
 
     def _others(self) -> set[str] | None:

@@ -97,13 +97,11 @@ def _copy_then_remove(old: Path, new: Path) -> None:
 
 def _untrusted(old: Path) -> str | None:
     """Why ``old`` may hold what another user wrote, None when only root could have: it must be
-    a real folder (not a link) owned by root, in folders that pass ``check_private`` (a sticky
-    world-writable folder such as /tmp aside, nobody else could write or rename in them)."""
+    a real folder (not a link) that passes ``check_private`` (owned by root, and in folders where
+    nobody else could write or rename, a sticky world-writable folder such as /tmp aside)."""
     st = os.lstat(old)
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a folder (a link or a file)"
-    if st.st_uid != os.geteuid():
-        return f"{old} is owned by uid {st.st_uid}"
     try:
         check_private(old, what="old state dir")
     except TargetError as exc:

@@ -518,3 +518,15 @@ def test_recovery_refuses_to_run_without_the_lock(site, capsys):
     with pytest.raises(RuntimeError, match="recover needs the state dir's lock held"):
         slurm.recover(intent, held, reload=False, offline=True)
     assert snapshot(site.cfg) == before and (site.cluster / "journal.json").exists()
+
+
+def test_a_hard_link_planted_at_a_managed_file_is_refused_never_read_into_a_plan(site, capsys):
+    # A hard link is no symbolic link: O_NOFOLLOW opens it. Its bytes (a root-only file's) would
+    # reach the plan's diff and the backups; a second name for the file gives it away.
+    os.link(site.secret, site.cfg / "topology.conf")
+    res = site.run(capsys, "plan", "--offline")
+    assert assert_one_error(res) == (f"error: {site.cfg / 'topology.conf'}: Slurm file has 2 hard links; rackctl "
+                                     f"reads no file below {site.cfg} that is also elsewhere, expected a file of "
+                                     "its own\n")
+    assert SECRET.decode() not in res.out
+    site.untouched()

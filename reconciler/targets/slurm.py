@@ -386,10 +386,10 @@ def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, stat
     if not changed and not force_reload:
         return ApplyResult((), False, None)
     if changed:
-        check_private(cfg.path, what="Slurm config dir")
+        check_private(cfg.path, what="Slurm config dir", any_owner=True)
         if not cfg.path.is_dir():  # found missing by the plan: made (0755: Slurm's daemons read it), checked again
             os.makedirs(cfg.path, mode=0o755, exist_ok=True)
-            check_private(cfg.path, what="Slurm config dir")
+            check_private(cfg.path, what="Slurm config dir", any_owner=True)
     backup = state.backup({n: live.files.get(n) for n in changed}) if changed else None
     kill_point("before-journal")
     # The journal names the set of files being changed before the first is written: a run
@@ -503,7 +503,7 @@ def recover(intent: Intent, held: Held, *, reload: bool, offline: bool) -> str |
             continue
         restore.append((name, None if old is None else _backed_up(state, name, old, entry)))
     if restore:
-        check_private(cfg.path, what="Slurm config dir")
+        check_private(cfg.path, what="Slurm config dir", any_owner=True)
     for name, data in restore:  # every backup is read before the first file is touched
         if data is None:
             cfg.unlink(name, missing_ok=True)
