@@ -346,14 +346,19 @@ def test_an_overlong_line_is_cut_and_its_tail_never_becomes_a_line():
     assert list(slurm_collect._lines(stream, limit=16)) == [b"0: " + b"x" * 13, b"0: }"]
 
 
-def test_a_stream_past_its_budget_is_stopped_also_inside_a_line_without_end():
-    # srun's pipes are read to MAX_INVENTORY_BYTES each: an over-long line's dropped tail counts too,
-    # so a task printing one endless line cannot keep rackctl reading.
-    whole = io.BytesIO(b"0: ok\n" * 4)
-    assert list(slurm_collect._lines(whole, limit=16, budget=24)) == [b"0: ok"] * 4
-    endless = io.BytesIO(b"0: ok\n" + b"x" * 100)
-    lines = slurm_collect._lines(endless, limit=16, budget=50)
-    assert next(lines) == b"0: ok"
+def test_a_stream_past_its_budget_of_kept_text_is_stopped():
+    # srun's pipes are read to MAX_INVENTORY_BYTES kept each: what a sink keeps counts, what it
+    # drops (the lines of a task past MAX_TASK_CHARS) does not.
+    kept: list[str] = []
+
+    def keep(line: str) -> int:
+        kept.append(line)
+        return len(line)
+
+    slurm_collect._feed(slurm_collect._lines(io.BytesIO(b"0: ok\n" * 4)), keep, budget=20)
+    assert kept == ["0: ok"] * 4
+    more = slurm_collect._lines(io.BytesIO(b"0: ok\n" * 6))
     with pytest.raises(slurm_collect._Overflow):
-        next(lines)
-    assert endless.tell() <= 6 + 16 * 4  # stopped within one read of the budget, not at the end
+        slurm_collect._feed(more, keep, budget=20)
+    assert next(more) == b"0: ok"  # stopped at the line past the budget, not at the end
+    slurm_collect._feed(slurm_collect._lines(io.BytesIO(b"1: flood\n" * 100)), lambda line: 0, budget=20)
