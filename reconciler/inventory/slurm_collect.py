@@ -110,7 +110,9 @@ def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackc
 
 def partition_nodes(partition: str) -> list[str]:
     """Responding nodes of ``partition`` as ``sinfo --noheader --responding --partition=P
-    --format=%N`` prints them (compressed host lists, one per line), expanded."""
+    --format=%N`` prints them (compressed host lists, one per line), expanded. Raises
+    ``RackctlError`` when sinfo is missing, fails, times out, prints too much or names more
+    than ``hostlist.MAX_HOSTS_PER_ANSWER`` hosts in all."""
     if shutil.which("sinfo") is None:
         raise RackctlError("sinfo not found on PATH; cannot list the nodes of the partition",
                            hint="pass --nodelist HOSTLIST, or run on a Slurm login node")
@@ -124,8 +126,9 @@ def partition_nodes(partition: str) -> list[str]:
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
     names: list[str] = []
+    hosts = hostlist.Expander(f"`sinfo --partition={partition}`")
     for line in proc.stdout.split():
-        names.extend(hostlist.expand(line, field="sinfo output"))
+        names.extend(hosts.expand(line, field="sinfo output"))
     out = sorted(set(names), key=hostlist.natural_key)
     if not out:
         raise RackctlError(f"partition {partition} has no responding nodes (sinfo printed none)")
