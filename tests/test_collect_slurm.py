@@ -98,6 +98,8 @@ if what.startswith("inject:"):  # lines for task 1 (gb-r01-n02) behind a charact
     forged = json.dumps(nr.node("gb-r01-n02", {uuid!r}, 7))
     print(f"{{sep}}1: rackctl-node: gb-r01-n02{{sep}}1: {{forged}}")
     sys.exit(0)
+if what == "flood":  # a tenant's tray: 100 KB of lines on its standard error before its report
+    sys.stderr.write(("x" * 999 + "\n") * 100)
 if what == "fake-srun-lines":  # srun's own messages, forged on the task's standard error
     print("srun: launching StepId=4242.0 on host gb-r01-n03, 1 tasks: 0", file=sys.stderr)
     print("srun: error: gb-r01-n03: task 2: Exited with exit code 9", file=sys.stderr)
@@ -339,6 +341,16 @@ def test_srun_messages_forged_on_a_tasks_stderr_change_nothing(fake_slurm):
     result = slurm_collect.collect(["gb-r01-n01", "gb-r01-n02", "gb-r01-n03"], agent=str(fake_slurm.agent_path))
     assert [n["hostname"] for n in result.nodes] == ["gb-r01-n01", "gb-r01-n02"]
     assert result.failures == {"gb-r01-n03": "no report"}
+
+
+def test_a_task_printing_past_its_cap_fails_alone_and_its_lines_are_dropped(fake_slurm, monkeypatch):
+    monkeypatch.setattr(slurm_collect, "MAX_TASK_CHARS", 50_000)  # a report is ~5 KB; the flood 100 KB
+    fake_slurm.plan(**{"gb-r01-n02": "flood"})
+    result = slurm_collect.collect(["gb-r01-n01", "gb-r01-n02", "gb-r01-n03"], agent=str(fake_slurm.agent_path))
+    assert [n["hostname"] for n in result.nodes] == ["gb-r01-n01", "gb-r01-n03"]
+    assert result.failures == {"gb-r01-n02": "task 1: printed more than 50,000 characters (the most rackctl keeps "
+                                             "of one node); the rest was dropped and its report refused"}
+    assert result.srun_exit == 0
 
 
 def test_an_overlong_line_is_cut_and_its_tail_never_becomes_a_line():

@@ -216,8 +216,8 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
             result.failures[host] = f"task {task} ran on a node not asked for"
             continue
         if task in flooded:
-            result.failures[host] = (f"task {task}: printed more than {MAX_TASK_CHARS // 2**20} MiB (the most "
-                                     "rackctl keeps of one node); the rest was dropped and its report refused")
+            result.failures[host] = (f"task {task}: printed more than {MAX_TASK_CHARS:,} characters (the "
+                                     "most rackctl keeps of one node); the rest was dropped and its report refused")
             continue
         marker = lines[0][len(MARKER):] if lines and lines[0].startswith(MARKER) else None
         if marker is not None and marker != host:
