@@ -3,18 +3,31 @@
 ``subprocess.run(capture_output=True)`` holds whatever a command prints: a controller (or a
 wrapper on PATH) that prints 10 GB would exhaust memory before its timeout. ``run`` reads
 stdout and stderr in chunks and kills the command once together they pass ``max_bytes``.
+
+A command may leave children behind that hold its output pipes (``sleep 60 & exec sleep 60``;
+``ssh`` with ``ControlPersist`` as the reload command exits at once, its master keeping the
+pipes). So the command runs in a session of its own, and on timeout or overflow its whole
+process group is killed; once the command itself has exited, its pipes are read for at most
+``EOF_GRACE_S`` more seconds and then closed, whoever still holds them.
 """
 
 from __future__ import annotations
 
+import os
+import selectors
+import signal
 import subprocess
-import threading
-from typing import IO
+import time
 
 #: Most bytes one command may print, stdout and stderr together: ``scontrol show nodes --json``
 #: of 36,000 nodes prints about 110 MB.
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+#: Seconds the pipes are still read after the command exited (what it wrote just before exiting
+#: is there at once; a child it left behind holding the pipes is not waited for).
+EOF_GRACE_S = 1.0
 _CHUNK = 1024 * 1024
+#: Seconds between checks whether the command exited, while its pipes are quiet.
+_POLL_S = 0.05
 
 
 class OutputTooLarge(Exception):
@@ -25,41 +38,70 @@ def run(args: list[str], *, timeout: float, max_bytes: int | None = None) -> sub
     """Run ``args`` (standard input empty) for at most ``timeout`` seconds; its output decoded
     as UTF-8 (undecodable bytes replaced). Raises ``FileNotFoundError`` when the command is
     missing, ``subprocess.TimeoutExpired`` past ``timeout`` and ``OutputTooLarge`` past
-    ``max_bytes`` (default ``MAX_OUTPUT_BYTES``; the command killed in both cases)."""
+    ``max_bytes`` (default ``MAX_OUTPUT_BYTES``; the command and its process group killed in
+    both cases). Returns at most ``EOF_GRACE_S`` after the command exits, even when a child it
+    left behind still holds its stdout or stderr (that child is left running)."""
     max_bytes = MAX_OUTPUT_BYTES if max_bytes is None else max_bytes
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    held = {"stdout": [], "stderr": []}
-    size, lock, too_large = [0], threading.Lock(), threading.Event()
-
-    def pump(stream: IO[bytes], into: list[bytes]) -> None:
-        while True:
-            chunk = stream.read1(_CHUNK)
-            if not chunk:
-                return
-            with lock:
-                size[0] += len(chunk)
-                if size[0] > max_bytes:
-                    too_large.set()
-                    proc.kill()
-                    return
-                into.append(chunk)
-
-    readers = [threading.Thread(target=pump, args=(proc.stdout, held["stdout"]), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, held["stderr"]), daemon=True)]
-    for reader in readers:
-        reader.start()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     try:
-        proc.wait(timeout=timeout)
-    except BaseException:
-        proc.kill()
-        proc.wait()
+        out, err = _read(proc, time.monotonic() + timeout, max_bytes)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise subprocess.TimeoutExpired(args, timeout) from None
+    except BaseException:  # OutputTooLarge, KeyboardInterrupt: the command must not outlive us
+        _kill_group(proc)
         raise
     finally:
-        for reader in readers:
-            reader.join(timeout=5)  # a grandchild holding the pipes open is not waited for
         proc.stdout.close()
         proc.stderr.close()
-    if too_large.is_set():
-        raise OutputTooLarge(max_bytes)
-    out, err = (b"".join(held[k]).decode("utf-8", "replace") for k in ("stdout", "stderr"))
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(args, proc.returncode, out.decode("utf-8", "replace"),
+                                       err.decode("utf-8", "replace"))
+
+
+def _read(proc: subprocess.Popen, end: float, max_bytes: int) -> tuple[bytes, bytes]:
+    """stdout and stderr of ``proc``, read on this thread until both end, or ``EOF_GRACE_S``
+    after ``proc`` exited. Raises ``subprocess.TimeoutExpired`` at ``end`` (``time.monotonic``
+    seconds) and ``OutputTooLarge`` past ``max_bytes``."""
+    held: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    size = 0
+    with selectors.DefaultSelector() as sel:
+        for fd in held:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            if proc.poll() is not None:
+                break
+            left = end - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            size = _drain(sel, held, min(left, _POLL_S), size, max_bytes)
+        grace_end = min(end, time.monotonic() + EOF_GRACE_S)
+        while sel.get_map() and (left := grace_end - time.monotonic()) > 0:
+            size = _drain(sel, held, left, size, max_bytes)
+    proc.wait()
+    return b"".join(held[proc.stdout.fileno()]), b"".join(held[proc.stderr.fileno()])
+
+
+def _drain(sel: selectors.BaseSelector, held: dict[int, list[bytes]], wait: float, size: int,
+           max_bytes: int) -> int:
+    """Read what is ready within ``wait`` seconds into ``held``; return the new total ``size``
+    (bytes). A stream at its end is unregistered. Raises ``OutputTooLarge`` past ``max_bytes``."""
+    for key, _ in sel.select(wait):
+        chunk = os.read(key.fd, _CHUNK)
+        if not chunk:
+            sel.unregister(key.fd)
+            continue
+        size += len(chunk)
+        if size > max_bytes:
+            raise OutputTooLarge(max_bytes)
+        held[key.fd].append(chunk)
+    return size
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the command's process group (its session, started for it) and reap the command."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the whole group has already exited
+        pass
+    proc.wait()

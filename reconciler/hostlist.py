@@ -18,7 +18,12 @@ from typing import Iterable
 
 from .errors import InputError
 
+#: Most host names one expression may expand to.
 MAX_HOSTS = 1_000_000
+#: Most host names all the host lists of one command's answer (``sinfo``, ``scontrol show
+#: topology``, ``squeue --json``...) may expand to together: a 2,000-rack fleet has 36,000;
+#: the margin is wide, and ten lines of ``n[0-999999]`` (150 bytes) no longer take 5 GB.
+MAX_HOSTS_PER_ANSWER = 1_000_000
 # scontrol parses numbers with strtoul(); larger values are silently clamped, so refuse them.
 _MAX_NUMBER = 2**64 - 1
 _BAD_NAME_CHARS = re.compile(r"[\[\],\s]")
@@ -88,6 +93,35 @@ def expand(hostlist: str, *, field: str | None = None) -> list[str]:
     items or ranges, reversed or non-numeric ranges, numbers over 2**64-1, and more than
     ``MAX_HOSTS`` names in all (scontrol's own cap is 65,536 per range; ours is on the total).
     """
+    return _build(_parse(hostlist, field)[0])
+
+
+class TooManyHosts(InputError):
+    """The host lists of one answer name more than their budget (``Expander.limit``) in all."""
+
+
+class Expander:
+    """Expands the host lists of one command's answer, line after line, with a running total:
+    past ``limit`` host names in all (default ``MAX_HOSTS_PER_ANSWER``) ``expand`` raises
+    ``TooManyHosts`` naming ``what`` (the command) and the limit, before building any of them."""
+
+    def __init__(self, what: str, limit: int = MAX_HOSTS_PER_ANSWER) -> None:
+        self.what, self.limit, self.used = what, limit, 0
+
+    def expand(self, text: str, *, field: str | None = None) -> list[str]:
+        """``expand(text, field=field)``, counted against the budget. Raises ``InputError`` as
+        ``expand`` does, and ``TooManyHosts`` past ``limit`` names in all."""
+        parsed, count = _parse(text, field)
+        if self.used + count > self.limit:
+            raise TooManyHosts(f"{self.what} names more than {self.limit:,} hosts in all (the most rackctl expands "
+                               "of one answer); expected a real cluster's nodes")
+        self.used += count
+        return _build(parsed)
+
+
+def _parse(hostlist: str, field: str | None) -> tuple[list[tuple[list[str], list]], int]:
+    """``hostlist`` checked and parsed: ([(literals, range groups)] per item, number of names).
+    Raises ``InputError`` as ``expand`` does."""
     if not isinstance(hostlist, str) or not hostlist:
         raise InputError(f"empty or non-text hostlist {hostlist!r}; expected e.g. 'node[01-18]'",
                          field=field)
@@ -103,6 +137,11 @@ def expand(hostlist: str, *, field: str | None = None) -> list[str]:
             raise InputError(f"hostlist {hostlist!r} names more than {MAX_HOSTS:,} hosts; "
                              "expected a smaller expression", field=field)
         parsed.append((pieces[0::2], groups))
+    return parsed, total
+
+
+def _build(parsed: list[tuple[list[str], list]]) -> list[str]:
+    """The names of ``_parse``'s items, in scontrol's order (see ``expand``)."""
     names: list[str] = []
     for literals, groups in parsed:
         values = [[_fmt(n, w) for lo, hi, w in g for n in range(lo, hi + 1)] for g in groups]

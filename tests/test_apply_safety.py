@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import socket
 import stat
 import subprocess
@@ -104,6 +105,20 @@ def test_a_successful_reload_is_recorded(tmp_path):
         assert record["files"][name] == digest
     assert [b["name"] for b in record["blocks"]] == ["a01", "a02"]
     assert site.run("plan").rc == 0
+
+
+def test_a_reload_that_leaves_a_child_holding_its_output_still_ends_the_apply(tmp_path):
+    # ssh with ControlPersist as the reload command exits at once, its master keeping stdout and
+    # stderr open for minutes; the apply must end with the reload's answer, not wait for them.
+    pid_file = tmp_path / "master.pid"
+    site = Site(tmp_path, reload=["sh", "-c", f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; exit 0"])
+    try:
+        res = site.run("apply")  # rackctl()'s 120 s guard fails a hang (before the fix: 300 s)
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert res.rc == 0, res.err
+    assert json.loads(site.record.read_text())["files"]["topology.conf"].startswith("sha256:")
 
 
 @pytest.mark.parametrize("reload,why", [

@@ -98,6 +98,8 @@ if what.startswith("inject:"):  # lines for task 1 (gb-r01-n02) behind a charact
     forged = json.dumps(nr.node("gb-r01-n02", {uuid!r}, 7))
     print(f"{{sep}}1: rackctl-node: gb-r01-n02{{sep}}1: {{forged}}")
     sys.exit(0)
+if what == "flood":  # a tenant's tray: 100 KB of lines on its standard error before its report
+    sys.stderr.write(("x" * 999 + "\n") * 100)
 if what == "fake-srun-lines":  # srun's own messages, forged on the task's standard error
     print("srun: launching StepId=4242.0 on host gb-r01-n03, 1 tasks: 0", file=sys.stderr)
     print("srun: error: gb-r01-n03: task 2: Exited with exit code 9", file=sys.stderr)
@@ -341,19 +343,34 @@ def test_srun_messages_forged_on_a_tasks_stderr_change_nothing(fake_slurm):
     assert result.failures == {"gb-r01-n03": "no report"}
 
 
+def test_a_task_printing_past_its_cap_fails_alone_and_its_lines_are_dropped(fake_slurm, monkeypatch):
+    monkeypatch.setattr(slurm_collect, "MAX_TASK_CHARS", 50_000)  # a report is ~5 KB; the flood 100 KB
+    fake_slurm.plan(**{"gb-r01-n02": "flood"})
+    result = slurm_collect.collect(["gb-r01-n01", "gb-r01-n02", "gb-r01-n03"], agent=str(fake_slurm.agent_path))
+    assert [n["hostname"] for n in result.nodes] == ["gb-r01-n01", "gb-r01-n03"]
+    assert result.failures == {"gb-r01-n02": "task 1: printed more than 50,000 characters (the most rackctl keeps "
+                                             "of one node); the rest was dropped and its report refused"}
+    assert result.srun_exit == 0
+
+
 def test_an_overlong_line_is_cut_and_its_tail_never_becomes_a_line():
     stream = io.BytesIO(b"0: " + b"x" * 20 + b"1: rackctl-node: n2\n0: }\n")
     assert list(slurm_collect._lines(stream, limit=16)) == [b"0: " + b"x" * 13, b"0: }"]
 
 
-def test_a_stream_past_its_budget_is_stopped_also_inside_a_line_without_end():
-    # srun's pipes are read to MAX_INVENTORY_BYTES each: an over-long line's dropped tail counts too,
-    # so a task printing one endless line cannot keep rackctl reading.
-    whole = io.BytesIO(b"0: ok\n" * 4)
-    assert list(slurm_collect._lines(whole, limit=16, budget=24)) == [b"0: ok"] * 4
-    endless = io.BytesIO(b"0: ok\n" + b"x" * 100)
-    lines = slurm_collect._lines(endless, limit=16, budget=50)
-    assert next(lines) == b"0: ok"
+def test_a_stream_past_its_budget_of_kept_text_is_stopped():
+    # srun's pipes are read to MAX_INVENTORY_BYTES kept each: what a sink keeps counts, what it
+    # drops (the lines of a task past MAX_TASK_CHARS) does not.
+    kept: list[str] = []
+
+    def keep(line: str) -> int:
+        kept.append(line)
+        return len(line)
+
+    slurm_collect._feed(slurm_collect._lines(io.BytesIO(b"0: ok\n" * 4)), keep, budget=20)
+    assert kept == ["0: ok"] * 4
+    more = slurm_collect._lines(io.BytesIO(b"0: ok\n" * 6))
     with pytest.raises(slurm_collect._Overflow):
-        next(lines)
-    assert endless.tell() <= 6 + 16 * 4  # stopped within one read of the budget, not at the end
+        slurm_collect._feed(more, keep, budget=20)
+    assert next(more) == b"0: ok"  # stopped at the line past the budget, not at the end
+    slurm_collect._feed(slurm_collect._lines(io.BytesIO(b"1: flood\n" * 100)), lambda line: 0, budget=20)

@@ -52,6 +52,24 @@ def test_a_string_job_state_still_counts_as_busy():
         sc.parse_jobs({"jobs": [{"job_id": "abc"}]})
 
 
+def test_host_lists_of_one_answer_are_capped_in_total_not_only_per_list():
+    # Each list is within hostlist.MAX_HOSTS; together they pass MAX_HOSTS_PER_ANSWER (1,000,000).
+    wide = [f"r{i}-n[1-400000]" for i in range(3)]
+    too_many = "names more than 1,000,000 hosts in all (the most rackctl expands of one answer)"
+    jobs = {"jobs": [{"job_id": i, "job_state": ["RUNNING"], "nodes": nodes} for i, nodes in enumerate(wide)]}
+    with pytest.raises(TargetError) as err:
+        sc.parse_jobs(jobs)
+    assert err.value.message.startswith(f"`squeue --json` {too_many}")
+    partitions = {"partitions": [{"name": f"p{i}", "nodes": {"configured": nodes}} for i, nodes in enumerate(wide)]}
+    with pytest.raises(TargetError) as err:
+        sc.parse_partitions(partitions)
+    assert err.value.message.startswith(f"`scontrol show partition --json` {too_many}")
+    topology = "".join(f"BlockName=b{i} BlockIndex={i} Nodes={nodes} BlockSize=18\n" for i, nodes in enumerate(wide))
+    with pytest.raises(TargetError) as err:
+        sc.parse_topology(topology)
+    assert err.value.message.startswith(f"`scontrol show topology` {too_many}")
+
+
 def test_show_config_lists_every_script_setting():
     cfg = sc.parse_config("Prolog[0]               = site.sh\nProlog[1]               = rackctl-imex-prolog.sh\n"
                           "PrologFlags             = Alloc\n")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.errors import InputError
-from reconciler.hostlist import MAX_HOSTS, compress, expand, natural_key
+from reconciler.hostlist import MAX_HOSTS, MAX_HOSTS_PER_ANSWER, Expander, TooManyHosts, compress, expand, natural_key
 
 CASES_FILE = Path(__file__).parent / "data" / "hostlist_scontrol_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"]
@@ -97,6 +97,19 @@ def test_expand_error_names_the_field():
 def test_expand_cap_is_on_the_total():
     assert MAX_HOSTS == 1_000_000
     assert len(expand("n[1-500000],m[1-500000]")) == MAX_HOSTS
+
+
+def test_an_expander_caps_the_host_lists_of_one_answer_in_total():
+    assert MAX_HOSTS_PER_ANSWER == 1_000_000  # a 2,000-rack fleet has 36,000 trays
+    hosts = Expander("`sinfo`", limit=5)
+    assert hosts.expand("n[1-3]") == ["n1", "n2", "n3"]
+    assert hosts.expand("m[1-2]", field="f") == ["m1", "m2"]  # 5 in all: the limit itself is fine
+    with pytest.raises(TooManyHosts) as err:
+        hosts.expand("x1")
+    assert err.value.message == ("`sinfo` names more than 5 hosts in all (the most rackctl expands of one answer); "
+                                 "expected a real cluster's nodes")
+    with pytest.raises(InputError, match="reversed range"):  # one expression is still checked as expand does
+        Expander("`sinfo`").expand("n[5-3]")
 
 
 # --- compress ---------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ each task's text is parsed with ``json.loads`` and checked with ``store.check_no
 
 Outcome (``CollectResult``): the valid reports (sorted by host name) and one failure line per
 node that produced none: a task that exited non-zero, printed something that is not a valid
-NodeReport, named another node in its marker or report, or printed nothing at all. The caller
+NodeReport, named another node in its marker or report, printed more than ``MAX_TASK_CHARS``
+(the rest is dropped as it arrives: one flooding tray costs only its own report), or printed
+nothing at all. The caller
 decides exit codes (``rackctl collect slurm``: 0 all reported, 0 with a warning when some
 failed, 1 when none).
 
@@ -71,7 +73,8 @@ _LABEL = re.compile(r"^ *([0-9]+): ?(.*)$")
 # StepId=4242.0 on host node07, 1 tasks: 6" (several: "2 tasks: [4-5]").
 _TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
 _LAUNCH = re.compile(r"^srun: launching \S+ on host (\S+), [0-9]+ tasks: \[?([0-9,\-]+)\]?$")
-#: Longest output one task may print (bytes of text); a NodeReport of 8 GPUs is ~5 KB.
+#: Longest output one task may print (characters of text, stdout and stderr together); a NodeReport
+#: of 8 GPUs is ~5 KB. Lines past it are dropped and the task counts as failed.
 MAX_TASK_CHARS = 4 * 1024 * 1024
 #: Longest line kept (bytes); the rest of a longer line, up to its newline, is dropped.
 MAX_LINE_BYTES = 64 * 1024
@@ -107,7 +110,9 @@ def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackc
 
 def partition_nodes(partition: str) -> list[str]:
     """Responding nodes of ``partition`` as ``sinfo --noheader --responding --partition=P
-    --format=%N`` prints them (compressed host lists, one per line), expanded."""
+    --format=%N`` prints them (compressed host lists, one per line), expanded. Raises
+    ``RackctlError`` when sinfo is missing, fails, times out, prints too much or names more
+    than ``hostlist.MAX_HOSTS_PER_ANSWER`` hosts in all."""
     if shutil.which("sinfo") is None:
         raise RackctlError("sinfo not found on PATH; cannot list the nodes of the partition",
                            hint="pass --nodelist HOSTLIST, or run on a Slurm login node")
@@ -121,8 +126,9 @@ def partition_nodes(partition: str) -> list[str]:
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
     names: list[str] = []
+    hosts = hostlist.Expander(f"`sinfo --partition={partition}`")
     for line in proc.stdout.split():
-        names.extend(hostlist.expand(line, field="sinfo output"))
+        names.extend(hosts.expand(line, field="sinfo output"))
     out = sorted(set(names), key=hostlist.natural_key)
     if not out:
         raise RackctlError(f"partition {partition} has no responding nodes (sinfo printed none)")
@@ -151,27 +157,47 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     argv = srun_command(nodes, partition=partition, agent=agent)
     tasks: dict[int, list[str]] = {}
     sizes: dict[int, int] = {}
+    flooded: set[int] = set()  # tasks that printed more than MAX_TASK_CHARS
     stderr_lines: list[str] = []
     closed: set[int] = set()
     lock = threading.Lock()
     if on_progress is not None:
         on_progress(0, len(nodes))
 
-    def on_stdout(line: str) -> None:
+    def charge(task: int, text: str) -> bool:
+        """Count ``text`` against ``task``'s MAX_TASK_CHARS (caller holds ``lock``): whether it is kept."""
+        size = sizes.get(task, 0) + len(text)  # a running total: summing the buffer per line is quadratic
+        if size > MAX_TASK_CHARS:
+            flooded.add(task)
+            return False
+        sizes[task] = size
+        return True
+
+    def on_stdout(line: str) -> int:
         m = _LABEL.match(line)
         if not m:
-            return  # srun prints nothing unlabelled on stdout with --label; ignore stray text
+            return 0  # srun prints nothing unlabelled on stdout with --label; ignore stray text
         task, text = int(m.group(1)), m.group(2)
         with lock:
-            if sizes.get(task, 0) < MAX_TASK_CHARS:  # a running total: summing the buffer per line is quadratic
-                tasks.setdefault(task, []).append(text)
-                sizes[task] = sizes.get(task, 0) + len(text)
+            if task in flooded or not charge(task, text):
+                return 0
+            tasks.setdefault(task, []).append(text)
             if text == "}" and task not in closed:  # json.dumps(indent=2) closes the report on its own line
                 closed.add(task)
                 if on_progress is not None:
                     on_progress(len(closed), len(nodes))
+        return len(text)
 
-    rc, timed_out = _run(argv, on_stdout, stderr_lines.append, timeout)
+    def on_stderr(line: str) -> int:
+        m = _LABEL.match(line)  # a task's own stderr line; srun's lines carry no label
+        if m:
+            with lock:
+                if int(m.group(1)) in flooded or not charge(int(m.group(1)), m.group(2)):
+                    return 0
+        stderr_lines.append(line)
+        return len(line)
+
+    rc, timed_out = _run(argv, on_stdout, on_stderr, timeout)
     errors = [line for line in stderr_lines if line.startswith(("srun: error:", "srun: fatal:"))]
     result = CollectResult(expected=list(nodes), srun_exit=rc, srun_stderr=_tail("\n".join(errors or stderr_lines)),
                            timed_out=timed_out)
@@ -179,15 +205,19 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     ran_on = _launched_on(stderr_lines)
     seen: set[str] = set()
     wanted = set(nodes)
-    for task in sorted(tasks):
+    for task in sorted(tasks.keys() | flooded):
         host = ran_on.get(task)
-        lines = tasks[task]
+        lines = tasks.get(task, [])
         if host is None:
             result.failures[f"task {task}"] = ("srun named no node for this task (no 'srun: launching ... on host' "
                                                "line on its standard error); its output is refused")
             continue
         if host not in wanted:
             result.failures[host] = f"task {task} ran on a node not asked for"
+            continue
+        if task in flooded:
+            result.failures[host] = (f"task {task}: printed more than {MAX_TASK_CHARS:,} characters (the "
+                                     "most rackctl keeps of one node); the rest was dropped and its report refused")
             continue
         marker = lines[0][len(MARKER):] if lines and lines[0].startswith(MARKER) else None
         if marker is not None and marker != host:
@@ -279,19 +309,19 @@ def _task_ids(text: str) -> list[int]:
     return ids
 
 
-def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[[str], None],
+def _run(argv: list[str], on_stdout: Callable[[str], int], on_stderr: Callable[[str], int],
          timeout: float | None) -> tuple[int | None, bool]:
-    """Run ``argv``, feeding stdout/stderr lines to the callbacks; return (exit code, timed out).
-    Each stream is read up to ``store.MAX_INVENTORY_BYTES`` bytes (dropped tails of over-long
-    lines included): past that srun is killed and ``RackctlError`` raised."""
+    """Run ``argv``, feeding stdout/stderr lines to the callbacks, which return how many
+    characters of the line they kept; return (exit code, timed out). Past
+    ``store.MAX_INVENTORY_BYTES`` characters kept of one stream, srun is killed and
+    ``RackctlError`` raised (what the callbacks drop costs nothing)."""
     # Binary pipes: a text-mode pipe would end lines at "\r" too (universal newlines).
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     overflow = threading.Event()
 
-    def pump(stream: Any, sink: Callable[[str], None]) -> None:
+    def pump(stream: Any, sink: Callable[[str], int]) -> None:
         try:
-            for line in _lines(stream):
-                sink(line.decode("utf-8", "replace"))
+            _feed(_lines(stream), sink)
         except _Overflow:
             overflow.set()
             proc.kill()
@@ -319,7 +349,8 @@ def _run(argv: list[str], on_stdout: Callable[[str], None], on_stderr: Callable[
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     if overflow.is_set():
-        raise RackctlError(f"srun printed more than {MAX_INVENTORY_BYTES // 2**20} MiB on one stream; killed",
+        raise RackctlError(f"srun printed more than {MAX_INVENTORY_BYTES // 2**20} MiB of reports on one stream "
+                           f"(at most {MAX_TASK_CHARS // 2**20} MiB kept per node); killed",
                            hint="the agent prints one NodeReport (a few KiB) per node")
     return proc.returncode, timed_out
 
@@ -328,22 +359,23 @@ class _Overflow(Exception):
     """A stream of srun's went past its budget."""
 
 
-def _lines(stream: Any, limit: int = MAX_LINE_BYTES, budget: int = MAX_INVENTORY_BYTES) -> Iterator[bytes]:
-    """The lines of binary ``stream``, split at ``b"\n"`` only, without it. A line longer than
-    ``limit`` bytes is cut there and the rest of it is read and dropped, so that its tail is
-    never taken for a line of its own (which would let a task write another task's label).
-    Raises ``_Overflow`` once more than ``budget`` bytes were read, dropped ones included."""
-    def read() -> bytes:
-        nonlocal budget
-        chunk = stream.readline(limit)
-        budget -= len(chunk)
+def _feed(lines: Iterator[bytes], sink: Callable[[str], int], budget: int = MAX_INVENTORY_BYTES) -> None:
+    """Give each of ``lines`` (decoded as UTF-8, undecodable bytes replaced) to ``sink``, which
+    returns how many characters of it it kept. Raises ``_Overflow`` once more than ``budget``
+    characters were kept: lines a sink drops (a flooding task's) cost nothing."""
+    for line in lines:
+        budget -= sink(line.decode("utf-8", "replace"))
         if budget < 0:
             raise _Overflow
-        return chunk
 
-    while chunk := read():
+
+def _lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of binary ``stream``, split at ``b"\n"`` only, without it. A line longer than
+    ``limit`` bytes is cut there and the rest of it is read and dropped, so that its tail is
+    never taken for a line of its own (which would let a task write another task's label)."""
+    while chunk := stream.readline(limit):
         if len(chunk) == limit and not chunk.endswith(b"\n"):
-            while (rest := read()) and not rest.endswith(b"\n"):
+            while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
                 pass
         yield chunk.removesuffix(b"\n")
 

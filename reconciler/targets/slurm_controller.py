@@ -277,7 +277,10 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 def parse_topology(text: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[int]]:
     """``scontrol show topology`` of topology/block -> (blocks by BlockIndex, sorted sizes of
-    blocks and aggregated blocks). "No topology information available" -> no blocks."""
+    blocks and aggregated blocks). "No topology information available" -> no blocks. Raises
+    ``TargetError`` for a block's nodes that are no hostlist, and past
+    ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all blocks together."""
+    hosts = hostlist.Expander("`scontrol show topology`")
     blocks: list[tuple[int, str, tuple[str, ...]]] = []
     sizes: set[int] = set()
     for line in text.splitlines():
@@ -286,11 +289,8 @@ def parse_topology(text: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[i
             continue
         sizes.add(int(m[5]))
         if m[1] == "BlockName":
-            try:
-                nodes = tuple(hostlist.expand(m[4])) if m[4] and m[4] != "(null)" else ()
-            except RackctlError:
-                raise TargetError(f"`scontrol show topology`: block {m[2]} has nodes {m[4]!r} that are "
-                                  "not a hostlist") from None
+            nodes = _hosts(m[4] if m[4] != "(null)" else "", hosts, f"`scontrol show topology`: block {m[2]} "
+                           f"has nodes {m[4]!r} that are not a hostlist")
             blocks.append((int(m[3]), m[2], nodes))
     blocks.sort()
     return [(name, nodes) for _, name, nodes in blocks], sorted(sizes)
@@ -308,20 +308,25 @@ def parse_nodes(doc: dict[str, Any]) -> dict[str, NodeInfo]:
 
 
 def parse_partitions(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
-    """``scontrol show partition --json`` -> name -> configured nodes (expanded)."""
+    """``scontrol show partition --json`` -> name -> configured nodes (expanded; at most
+    ``hostlist.MAX_HOSTS_PER_ANSWER`` in all partitions together, else ``TargetError``)."""
+    hosts = hostlist.Expander("`scontrol show partition --json`")
     out = {}
     for p in _items(doc, "partitions"):
         nodes = p.get("nodes") or {}
         if not isinstance(nodes, dict):
             raise TargetError(f"partition {p.get('name')!r}: 'nodes' is {type(nodes).__name__}; expected an object")
         configured = _text(nodes, "configured")
-        out[_text(p, "name", required=True)] = _hosts(configured, "partition nodes")
+        out[_text(p, "name", required=True)] = _hosts(configured, hosts, "partition nodes")
     return out
 
 
 def parse_jobs(doc: dict[str, Any]) -> list[Job]:
     """``squeue --json`` -> jobs (every state; ``nodes`` empty while pending). ``job_state`` is a
-    list of flags in data_parser v0.0.40+; a plain string (older releases) is read as one flag."""
+    list of flags in data_parser v0.0.40+; a plain string (older releases) is read as one flag.
+    Raises ``TargetError`` for a document of another shape, and past
+    ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all jobs together."""
+    hosts = hostlist.Expander("`squeue --json`")
     out = []
     for j in _items(doc, "jobs"):
         job_id = j.get("job_id")
@@ -329,7 +334,7 @@ def parse_jobs(doc: dict[str, Any]) -> list[Job]:
             raise TargetError(f"a job's 'job_id' is {job_id!r}; expected an integer")
         user = j.get("user_name") or str(j.get("user_id", ""))
         out.append(Job(job_id, str(user), tuple(_flags(j.get("job_state"), "job_state")), _text(j, "partition"),
-                       _hosts(_text(j, "nodes"), f"job {job_id} nodes")))
+                       _hosts(_text(j, "nodes"), hosts, f"job {job_id} nodes")))
     return out
 
 
@@ -352,9 +357,13 @@ def _text(obj: dict[str, Any], key: str, *, required: bool = False) -> str:
     return value
 
 
-def _hosts(text: str, what: str) -> tuple[str, ...]:
+def _hosts(text: str, hosts: hostlist.Expander, what: str) -> tuple[str, ...]:
+    """``text`` expanded by ``hosts`` (empty: none). Raises ``TargetError``: past the budget,
+    naming the command and the limit; for a bad hostlist, ``what`` and why."""
     try:
-        return tuple(hostlist.expand(text)) if text else ()
+        return tuple(hosts.expand(text)) if text else ()
+    except hostlist.TooManyHosts as exc:
+        raise TargetError(exc.message) from None
     except RackctlError as exc:
         raise TargetError(f"{what}: {exc.message}") from None
 
