@@ -38,6 +38,8 @@ def check(run: pipeline.Run, *, take_over: bool) -> None:
         sys.stdout.write(report.render(run.plan, "text"))
         paths = ", ".join(c.taken_over for c in taken)
         raise RackctlError(f"apply would take over {len(taken)} file(s) in the Slurm config dir that rackctl has "
-                           f"no record of writing: {paths}; nothing was applied",
-                           hint="review their diffs above, then apply with --take-over to replace (or remove) them "
-                           "(each is backed up in the state dir first); `rackctl import` adopts a config dir without it")
+                           f"no record of writing in the state dir {display_path(run.state.path)}: {paths}; nothing "
+                           "was applied",
+                           hint="if rackctl wrote them with another state dir, pass that --state-dir; else review "
+                           "the plan above, then apply with --take-over to replace (or remove) them (each is backed up "
+                           "in the state dir first); `rackctl import` adopts a config dir without it")

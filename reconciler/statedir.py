@@ -313,8 +313,10 @@ class StateDir:
                         holder = self._holder()
                         if time.monotonic() >= deadline:
                             raise TargetError(f"state dir {self.path} is locked by {holder}",
-                                              hint="wait for the other apply or reconcile pass to finish, or "
-                                              "pass --lock-timeout DURATION to wait for it") from None
+                                              hint=f"waited {timeout_s:g}s for it (--lock-timeout); wait for the "
+                                              "other apply or reconcile pass to finish, or wait longer" if waited
+                                              else "wait for the other apply or reconcile pass to finish, or pass "
+                                              "--lock-timeout DURATION to wait for it") from None
                         if not waited:
                             on_wait(f"state dir {self.path} is locked by {holder}; waiting up to "
                                     f"{timeout_s:g}s for it (--lock-timeout)")

@@ -33,10 +33,12 @@ EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"  # the example's metadata.name
 HAND_KEPT = b"# kept by hand on the controller\nBlockName=ops Nodes=gb-a01-n[01-18]\nBlockSizes=18\n"
 RELOAD = ["sh", "-c", "exit 0"]  # a reload that succeeds, named exactly in the plan
-TAKE_OVER_ERROR = ("error: apply would take over 1 file(s) in the Slurm config dir that rackctl has no record of "
-                   "writing: slurm/topology.conf; nothing was applied\n"
-                   "  hint: review their diffs above, then apply with --take-over to replace (or remove) them (each "
-                   "is backed up in the state dir first); `rackctl import` adopts a config dir without it\n")
+def take_over_error(state: Path) -> str:
+    return (f"error: apply would take over 1 file(s) in the Slurm config dir that rackctl has no record of writing in "
+            f"the state dir {state / CLUSTER}: slurm/topology.conf; nothing was applied\n"
+            "  hint: if rackctl wrote them with another state dir, pass that --state-dir; else review the plan above, "
+            "then apply with --take-over to replace (or remove) them (each is backed up in the state dir first); "
+            "`rackctl import` adopts a config dir without it\n")
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ def test_a_hand_kept_topology_conf_is_not_replaced_without_take_over(site, capsy
     before = snapshot(site.cfg)
     res = site.run(capsys, "apply")
     assert res.rc == 1
-    assert res.err == TAKE_OVER_ERROR
+    assert res.err == take_over_error(site.state)
     assert "  ! slurm/topology.conf (replaced)" in res.out  # the plan it refused, printed first
     assert (site.cfg / "topology.conf").read_bytes() == HAND_KEPT
     assert snapshot(site.cfg) == before  # no other managed file written either
@@ -163,7 +165,7 @@ def test_an_unrecorded_file_is_not_removed_without_take_over(site, capsys):
     assert [(c["action"], c.get("taken_over")) for c in doc["changes"] if c["address"] == "slurm/file/" + script.name] \
         == [("delete", "slurm/rackctl-imex-epilog.sh")]
     res = site.run(capsys, "apply")
-    assert res.rc == 1 and "writing: slurm/rackctl-imex-epilog.sh; nothing was applied" in res.err, res
+    assert res.rc == 1 and f"{site.state / CLUSTER}: slurm/rackctl-imex-epilog.sh; nothing was applied" in res.err, res
     assert script.read_bytes() == b"#!/bin/sh\n# the site's own epilog\n"
     assert "  ! slurm/rackctl-imex-epilog.sh (removed)" in res.out
 
@@ -187,7 +189,8 @@ def test_after_import_the_first_apply_needs_no_take_over(site, tmp_path, capsys)
     refused = site.run(capsys, "apply")
     assert refused.rc == 1, refused
     assert refused.err.startswith("error: apply would take over 1 file(s) in the Slurm config dir that rackctl has "
-                                  "no record of writing: slurm/rackctl.conf;"), refused
+                                  f"no record of writing in the state dir {site.state / CLUSTER}: "
+                                  "slurm/rackctl.conf;"), refused
 
     imported = run_main(capsys, "import", "--slurm-config-dir", site.cfg, "--inventory",
                         site.intent.parent / "inventory", "--out", tmp_path / "imported.yaml", "--state-dir",
@@ -225,7 +228,7 @@ def test_a_saved_plan_carries_the_take_over(site, tmp_path, capsys):
     saved = ["apply", "-f", site.intent, "--state-dir", site.state, "--plan", planfile]
 
     res = run_main(capsys, *saved)
-    assert res.rc == 1 and res.err == TAKE_OVER_ERROR, res
+    assert res.rc == 1 and res.err == take_over_error(site.state), res
     assert (site.cfg / "topology.conf").read_bytes() == HAND_KEPT
 
     # Stripping the mark from the file does not make a plan that takes nothing over.
