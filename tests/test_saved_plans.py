@@ -340,6 +340,44 @@ def test_an_apply_plan_that_goes_ahead_keeps_the_lock_file_beside_its_records(si
 
 # ---- the paths the plan was made with (provenance.planned_with) --------------------------------
 
+def test_a_plan_made_with_another_inventory_offline_is_applied_only_with_both_given_again(site, capsys, tmp_path):
+    # was: applied with the plan file's inventory, offline (no busy-tray check), with no flag given
+    forged = tmp_path / "elsewhere" / "inventory"
+    shutil.copytree(site.intent.parent / "inventory", forged)
+    assert site.plan(capsys, "--inventory", forged, "--offline").rc == 2
+    before = site.written()
+    assert_refused(site.apply_plan(capsys), f"error: the saved plan {site.planfile} was made with --inventory "
+                   f"{forged} (the intent says {site.intent.parent / 'inventory'}) and --offline; give --inventory "
+                   f"{forged} --offline again to apply it; nothing was applied",
+                   "hint: no setting recorded in a plan file is taken on the file's word")
+    assert site.written() == before
+    res = site.apply_plan(capsys, "--inventory", forged, "--offline")
+    assert res.rc == 0, res
+    assert (site.state / "two-racks" / "applied.json").is_file()
+
+
+def test_a_config_dir_the_plan_was_made_with_must_be_given_again(site, capsys):
+    assert site.plan(capsys).rc == 2
+    res = run_main(capsys, "apply", "-f", site.intent, "--plan", site.planfile, "--state-dir", site.state,
+                   "--no-reload")
+    assert_refused(res, f"error: the saved plan {site.planfile} was made with --slurm-config-dir {site.cfg} (the "
+                   f"intent says {site.intent.parent / 'slurm'}); give --slurm-config-dir {site.cfg} again to apply "
+                   "it; nothing was applied")
+    assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
+
+
+@pytest.mark.parametrize("key, flag", [("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
+                                       ("prune_empty", "--prune-empty")])
+def test_a_switch_recorded_in_an_edited_plan_is_not_taken_on_its_word(site, capsys, key, flag):
+    # was: applied with the switch the file says it was made with
+    doc = _plan_doc(site, capsys)
+    doc["provenance"]["planned_with"][key] = True
+    site.planfile.write_text(json.dumps(doc))
+    assert_refused(site.apply_plan(capsys), f"error: the saved plan {site.planfile} was made with {flag}; give "
+                   f"{flag} again to apply it; nothing was applied")
+    assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
+
+
 @pytest.mark.parametrize("key, what", [("inventory", "inventory"), ("slurm_config_dir", "Slurm config dir")])
 def test_an_edited_planned_with_path_is_refused_as_edited_naming_the_field(site, capsys, key, what):
     # was "inventory not found", or "the managed Slurm files changed" (an absent dir reads as empty)
