@@ -49,6 +49,7 @@ apply refuses it, as it refuses every config dir without slurm.conf (``applyguar
 from __future__ import annotations
 
 import argparse
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -204,11 +205,9 @@ def check_given(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> N
         if then.resolve() == now.resolve():
             continue
         if getattr(args, key) is None:
-            missing.append((f"{flag} {display_path(then)} (the intent says {display_path(now)})",
-                            f"{flag} {display_path(then)}"))
+            missing.append((f"{_typed(flag, then)} (the intent says {display_path(now)})", _typed(flag, then)))
         else:
-            other.append((f"with the {what} {display_path(then)}, not {flag} {display_path(now)}",
-                          f"{flag} {display_path(now)}"))
+            other.append((f"with the {what} {display_path(then)}, not {_typed(flag, now)}", _typed(flag, now)))
     for key, flag in SWITCHES:
         if getattr(made, key) and not getattr(args, key):
             missing.append((flag, flag))
@@ -223,6 +222,11 @@ def check_given(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> N
                          f"{' '.join(f for _, f in missing)} again to apply it; nothing was applied",
                          hint="no setting recorded in a plan file is taken on the file's word: whoever can write "
                          "the file could have changed it")
+
+
+def _typed(flag: str, path: Path) -> str:
+    """``flag`` with ``path`` as one would type them in a shell (quoted when it must be)."""
+    return f"{flag} {shlex.quote(display_path(path))}"
 
 
 def _listed(words: Iterable[str]) -> str:

@@ -366,6 +366,13 @@ def test_a_config_dir_the_plan_was_made_with_must_be_given_again(site, capsys):
     assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
 
 
+def test_the_flag_to_give_again_is_quoted_for_the_shell(site, capsys, tmp_path):
+    forged = tmp_path / "shared folder" / "inventory"
+    shutil.copytree(site.intent.parent / "inventory", forged)
+    assert site.plan(capsys, "--inventory", forged).rc == 2
+    assert_refused(site.apply_plan(capsys), f"give --inventory '{forged}' again to apply it")
+
+
 @pytest.mark.parametrize("key, flag", [("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
                                        ("prune_empty", "--prune-empty")])
 def test_a_switch_recorded_in_an_edited_plan_is_not_taken_on_its_word(site, capsys, key, flag):
