@@ -201,10 +201,12 @@ def _parser() -> argparse.ArgumentParser:
             c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
             c.add_argument("--plan", metavar="PLANFILE", help="apply exactly this saved plan (`plan --out`), without "
                            "asking: refused, nothing written, when the intent, inventory, live state or rackctl "
-                           "version changed since it was made (it is stale after it is applied). As in Terraform, "
-                           "the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-                           "--force-conflicts, --prune-empty and --drain-first are refused with it; a plan made "
-                           "with --allow-destructive that needs it is applied only with --allow-destructive again")
+                           "version changed since it was made (it is stale after it is applied). No setting "
+                           "recorded in the plan is taken on the file's word: the --inventory or "
+                           "--slurm-config-dir other than the intent's, --offline, --force-conflicts and "
+                           "--prune-empty it was made with are applied only when given again; others, and "
+                           "--drain-first, are refused. A plan made with --allow-destructive that needs it is "
+                           "applied only with --allow-destructive again")
         else:
             c.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text",
                            help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -412,7 +414,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     saved = savedplan.load_for_apply(args) if args.plan is not None else None
     intent = _intent(args)
     if saved is not None:  # what needs nothing live is refused before the lock makes the state dir
-        savedplan.check_settings(saved, intent)
+        savedplan.check_settings(saved, intent, args)
     check_apply_options(args, intent)
     state = _state(args, intent)
     kube = _kube_options(args)

@@ -12,14 +12,16 @@ schema, a failed run's error document, another rackctl version), a plan with err
 made with ``--offline`` for a Kubernetes target (written only through the API server it skipped),
 and a plan made from a live snapshot (``plan --live-snapshot``: a review copy).
 
-As in Terraform, a saved plan carries its planning settings (``provenance.planned_with``):
-``--inventory``, ``--slurm-config-dir``, ``--offline``, ``--force-conflicts``, ``--prune-empty`` and
-``--allow-destructive`` come from the plan; the first four are refused beside ``--plan``, as is
-``--drain-first`` (which would apply something else). A plan above ``policy.blastRadius`` made
-without ``--allow-destructive`` has an error and is refused. One made with it is applied only
-when ``--allow-destructive`` is given again at apply (``check_destructive``): the digests inside a
-plan file stop accidents, not someone who can edit the file, so the one who applies says so
-again rather than trusting a flag recorded in it.
+A saved plan records its planning settings (``provenance.planned_with``), and none is taken on
+the file's word: the digests inside a plan file stop accidents, not someone who can edit the file,
+so the one who applies says so again rather than trusting a flag recorded in it. Each setting that
+differs from what the intent alone gives (an ``--inventory`` or ``--slurm-config-dir`` other than
+the intent's, ``--offline``, ``--force-conflicts``, ``--prune-empty``) is applied only when given
+again, with the same value; one given that the plan was not made with is refused too, as that
+plan would be another (``check_given``). ``--drain-first`` is refused beside ``--plan`` (no plan is
+made with it: it would apply something else). A plan above ``policy.blastRadius`` made without
+``--allow-destructive`` has an error and is refused. One made with it is applied only when
+``--allow-destructive`` is given again at apply (``check_destructive``).
 How the targets are reached (``--state-dir``, ``--kubeconfig``, ``--context``) and
 the apply-time switches (``--no-reload``, ``--allow-stale-inventory``) stay the caller's: plan and
 apply may run with different credentials; the digests prove they saw the same state.
@@ -27,42 +29,43 @@ apply may run with different credentials; the digests prove they saw the same st
 ``check_unmoved`` is the same guard for a plain ``apply`` that asked for "yes": what was shown is
 computed again after the answer, and a file edited while the prompt waited is refused.
 
-A refusal writes nothing. What the plan file and the intent alone show is refused before the
-apply lock is taken (``check_settings``); the digests need the live state, read under the lock so
+A refusal writes nothing. What the plan file, the intent and apply's options alone show is
+refused before the apply lock is taken (``check_settings``); the digests need the live state, read under the lock so
 that nothing moves between the check and the apply, and the lock leaves behind nothing it made
 (``StateDir.lock``).
 
 ``provenance.planned_with`` is not covered by a digest: one would change the format of every plan
-for what the input digests mostly tell already. An edited path that leads to other inputs is
-refused as stale by their digests; one that leads to a copy with the same bytes is not told apart
-(what the plan recorded is true of it). A path that leads nowhere is judged by the intent: when the
-intent names that very path, the plan is as made and its inventory (or config dir) is missing
-now; otherwise the plan file was edited, or planned with ``--inventory``/``--slurm-config-dir``
-at a path that has moved, and the refusal says "stale or edited", naming the field. A Slurm config
-dir the plan found missing (``config-dir-missing``) is not refused here: apply refuses it, as it
-refuses every config dir without slurm.conf (``applyguard``).
+for what the input digests and ``check_given`` tell already. An edited path is refused unless apply
+is given it; one given that leads to other inputs is refused as stale by their digests; one that
+leads to a copy with the same bytes is not told apart (what the plan recorded is true of it). A
+path that leads nowhere is judged by what apply names (the intent, or ``--inventory`` /
+``--slurm-config-dir``): when that is the very path, the plan is as made and its inventory (or
+config dir) is missing now; otherwise the plan file was edited, or planned with ``--inventory`` /
+``--slurm-config-dir`` at a path that has moved, and the refusal says "stale or edited", naming
+the field. A Slurm config dir the plan found missing (``config-dir-missing``) is not refused here:
+apply refuses it, as it refuses every config dir without slurm.conf (``applyguard``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from . import __version__, blastradius, schemas
 from .errors import InputError, RackctlError
-from .intent import Intent, load_intent
+from .intent import Intent
 from .plan import Plan
 from .provenance import INPUTS, NOT_READ, Provenance, resolve
 from .targets.slurm import LiveSlurm
 from .yamlsource import display_path, read_json_object
 
-#: ``apply`` options that would change what is planned, by ``argparse`` dest: a saved plan
-#: brings its own settings, so these are refused beside ``--plan``.
-PLANNING_OPTIONS = (("inventory", "--inventory"), ("slurm_config_dir", "--slurm-config-dir"),
-                    ("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
-                    ("prune_empty", "--prune-empty"), ("drain_first", "--drain-first"))
+#: The paths a plan is made with: ``PlannedWith`` field, the flag that sets it, in words.
+PATHS = (("inventory", "--inventory", "inventory"), ("slurm_config_dir", "--slurm-config-dir", "Slurm config dir"))
+#: The switches a plan is made with: ``PlannedWith`` field (and ``argparse`` dest), flag.
+SWITCHES = (("offline", "--offline"), ("force_conflicts", "--force-conflicts"), ("prune_empty", "--prune-empty"))
 #: Largest plan file read (bytes): a fleet's plan holds whole diffs of its topology and IMEX maps.
 MAX_PLAN_BYTES = 1024 * 1024 * 1024
 AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply that file"
@@ -81,25 +84,18 @@ class SavedPlan:
 
 
 def load_for_apply(args: argparse.Namespace) -> SavedPlan:
-    """Read the saved plan ``args.plan`` for ``apply`` and set the planning options on ``args``
-    from it: ``inventory`` and ``slurm_config_dir`` (absolute paths, found from the intent file
-    ``args.file``), ``offline``, ``force_conflicts``, ``prune_empty``, ``allow_destructive``; and
-    ``confirmed_destructive``: whether ``--allow-destructive`` was given again (``check_destructive``).
+    """Read the saved plan ``args.plan`` for ``apply``; set ``args.allow_destructive`` from it and
+    ``args.confirmed_destructive``: whether ``--allow-destructive`` was given again
+    (``check_destructive``). The other settings stay as given: ``check_given`` compares them.
 
-    Raises ``InputError`` for a planning option given beside ``--plan`` (``PLANNING_OPTIONS``),
-    for a plan file that cannot be applied (see ``read``) and for a plan that needs
-    ``--allow-destructive`` again."""
-    for dest, flag in PLANNING_OPTIONS:
-        if getattr(args, dest) not in (None, False):
-            hint = ("--drain-first is an apply of its own: run `rackctl apply --drain-first` without --plan"
-                    if flag == "--drain-first" else f"plan again with {flag} and --out, then apply that file")
-            raise InputError("cannot be combined with --plan: a saved plan is applied with the settings it was "
-                             "made with", field=flag, hint=hint)
+    Raises ``InputError`` for ``--drain-first`` beside ``--plan``, for a plan file that cannot be
+    applied (see ``read``) and for a plan that needs ``--allow-destructive`` again."""
+    if args.drain_first:
+        raise InputError("cannot be combined with --plan: a saved plan is applied with the settings it was made with",
+                         field="--drain-first",
+                         hint="--drain-first is an apply of its own: run `rackctl apply --drain-first` without --plan")
     saved = read(args.plan)
     made = saved.provenance.planned_with
-    args.inventory = str(resolve(made.inventory, Path(args.file)))
-    args.slurm_config_dir = str(resolve(made.slurm_config_dir, Path(args.file))) if made.slurm_config_dir else None
-    args.offline, args.force_conflicts, args.prune_empty = made.offline, made.force_conflicts, made.prune_empty
     args.confirmed_destructive = args.allow_destructive
     check_destructive(saved.name, made.allow_destructive, saved.codes, confirmed=args.confirmed_destructive)
     args.allow_destructive = made.allow_destructive
@@ -156,28 +152,26 @@ def read(name: str) -> SavedPlan:
     return saved
 
 
-def check_settings(saved: SavedPlan, intent: Intent) -> None:
-    """Refuse what the plan file and the intent alone show, before ``apply`` takes the lock or
-    reads anything live: a plan for another cluster, and a ``provenance.planned_with`` path (the
-    inventory; the Slurm config dir, unless the plan found it missing too) that names nothing
-    now. ``intent``: as loaded with the plan's settings (``load_for_apply``).
+def check_settings(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> None:
+    """Refuse what the plan file, the intent and apply's options alone show, before ``apply``
+    takes the lock or reads anything live: a plan for another cluster, a ``provenance.planned_with``
+    path (the inventory; the Slurm config dir, unless the plan found it missing too) that names
+    nothing now, and settings not given again (``check_given``). ``intent``: as loaded with
+    apply's ``--inventory`` and ``--slurm-config-dir`` (``args``).
 
     Raises ``RackctlError`` for another cluster and ``InputError`` naming the plan file and the
     ``provenance.planned_with`` field for a missing path: "missing now" when the intent names that
     path itself, else "stale or edited"."""
     _refuse_other_cluster(saved, intent.name)
     made = saved.provenance.planned_with
-    own: Intent | None = None
-    for key, what, recorded, found_missing in (
-            ("inventory", "inventory", made.inventory, False),
-            ("slurm_config_dir", "Slurm config dir", made.slurm_config_dir, "config-dir-missing" in saved.codes)):
-        if recorded is None or found_missing:  # a config dir the plan found missing is created by apply
-            continue
+    for key, _, what in PATHS:
+        recorded = getattr(made, key)
+        if recorded is None or (key == "slurm_config_dir" and "config-dir-missing" in saved.codes):
+            continue  # a config dir the plan found missing is created by apply
         path = resolve(recorded, intent.path)
         if path.exists():  # where it leads, the digests decide
             continue
-        own = own or load_intent(intent.path)  # the intent's own paths, without the plan's settings
-        named = own.inventory_path if key == "inventory" else own.slurm.config_dir if own.slurm_enabled else None
+        named = _named(intent, key)
         field = f"provenance.planned_with.{key}"
         if named is not None and named.resolve() == path.resolve():
             raise InputError(f"the {what} the plan was made from, {display_path(path)}, is missing now; nothing was "
@@ -186,6 +180,59 @@ def check_settings(saved: SavedPlan, intent: Intent) -> None:
                          f"not exist), and the intent names another; nothing was applied", file=saved.name,
                          field=field, hint=f"the plan file was edited, or the {what} it was planned with moved since; "
                          + AGAIN)
+    check_given(saved, intent, args)
+
+
+def _named(intent: Intent, key: str) -> Path | None:
+    """The inventory (``key``) or Slurm config dir ``intent`` names (None: the Slurm target is off)."""
+    return intent.inventory_path if key == "inventory" else intent.slurm.config_dir if intent.slurm_enabled else None
+
+
+def check_given(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> None:
+    """Refuse ``saved`` unless apply was given the settings it was made with: each path (``PATHS``)
+    that ``intent`` (as loaded with ``args``) names must be the one recorded, and each switch
+    (``SWITCHES``) in ``args`` must be as recorded. A path of the plan's that is not the intent's,
+    or a switch it was made with, must be given again; a flag given that it was not made with is
+    refused as another plan. Raises ``InputError`` naming every setting and the flags to give."""
+    made = saved.provenance.planned_with
+    missing: list[tuple[str, str]] = []  # (what the plan was made with, the flag to give again)
+    other: list[tuple[str, str]] = []  # (what the plan was made with instead, the flag given)
+    for key, flag, what in PATHS:
+        recorded, now = getattr(made, key), _named(intent, key)
+        if recorded is None or now is None:  # the Slurm target on or off: the intent's digest decides
+            continue
+        then = resolve(recorded, intent.path)
+        if then.resolve() == now.resolve():
+            continue
+        if getattr(args, key) is None:
+            missing.append((f"{_typed(flag, then)} (the intent says {display_path(now)})", _typed(flag, then)))
+        else:
+            other.append((f"with the {what} {display_path(then)}, not {_typed(flag, now)}", _typed(flag, now)))
+    for key, flag in SWITCHES:
+        if getattr(made, key) and not getattr(args, key):
+            missing.append((flag, flag))
+        elif getattr(args, key) and not getattr(made, key):
+            other.append((f"without {flag}", flag))
+    if other:
+        raise InputError(f"the saved plan {saved.name} was made {_listed(w for w, _ in other)}; a saved plan is "
+                         "applied only with the settings it was made with; nothing was applied",
+                         hint=f"plan again with {' '.join(f for _, f in other)} and --out, then apply that file")
+    if missing:
+        raise InputError(f"the saved plan {saved.name} was made with {_listed(w for w, _ in missing)}; give "
+                         f"{' '.join(f for _, f in missing)} again to apply it; nothing was applied",
+                         hint="no setting recorded in a plan file is taken on the file's word: whoever can write "
+                         "the file could have changed it")
+
+
+def _typed(flag: str, path: Path) -> str:
+    """``flag`` with ``path`` as one would type them in a shell (quoted when it must be)."""
+    return f"{flag} {shlex.quote(display_path(path))}"
+
+
+def _listed(words: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    *rest, last = words
+    return f"{', '.join(rest)} and {last}" if rest else last
 
 
 def _refuse_other_cluster(saved: SavedPlan, cluster: str) -> None:

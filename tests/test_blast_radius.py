@@ -192,16 +192,15 @@ def test_a_saved_plan_carries_allow_destructive(fleet, tmp_path):
     planfile = tmp_path / "plan.json"
     assert fleet.plan("--out", planfile).rc == 1
     assert "allow_destructive" not in json.loads(planfile.read_text())["provenance"]["planned_with"]
-    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
-                   "--no-reload")
+    res = run_main(fleet.capsys, "apply", *fleet.common("--plan", planfile, "--no-reload"))
     assert res.rc == 1 and "the plan has 1 error(s)" in res.err, res
 
     assert fleet.plan("--out", planfile, "--allow-destructive").rc == 2
     doc = json.loads(planfile.read_text())
     assert doc["provenance"]["planned_with"]["allow_destructive"] is True
     assert [d["severity"] for d in doc["diagnostics"] if d["code"] == "blast-radius"] == ["warning"]
-    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
-                   "--no-reload", "--allow-destructive")  # said again at apply (issue 17, class 8)
+    # --allow-destructive said again at apply (issue 17, class 8)
+    res = run_main(fleet.capsys, "apply", *fleet.common("--plan", planfile, "--no-reload", "--allow-destructive"))
     assert res.rc == 0, res
     assert "gb-r0018" not in (fleet.cfg / "topology.conf").read_text()
 
@@ -219,8 +218,7 @@ def test_a_destructive_saved_plan_needs_allow_destructive_again_at_apply(fleet, 
     planfile = tmp_path / "plan.json"
     assert fleet.plan("--out", planfile, "--allow-destructive").rc == 2
     before = snapshot(fleet.cfg), snapshot(fleet.state)
-    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
-                   "--no-reload")
+    res = run_main(fleet.capsys, "apply", *fleet.common("--plan", planfile, "--no-reload"))
     assert res.rc == 1 and res.out == "" and res.err == NEEDS_IT_AGAIN.format(planfile), res
     assert (snapshot(fleet.cfg), snapshot(fleet.state)) == before
 
@@ -233,8 +231,7 @@ def test_a_plan_edited_to_hide_its_blast_radius_still_needs_allow_destructive(fl
     doc["diagnostics"] = [d for d in doc["diagnostics"] if d["code"] != "blast-radius"]
     planfile.write_text(json.dumps(doc))
     before = snapshot(fleet.cfg)
-    res = run_main(fleet.capsys, "apply", "-f", fleet.intent, "--plan", planfile, "--state-dir", fleet.state,
-                   "--no-reload")
+    res = run_main(fleet.capsys, "apply", *fleet.common("--plan", planfile, "--no-reload"))
     assert res.rc == 1 and res.err == NEEDS_IT_AGAIN.format(planfile), res  # found by planning again
     assert snapshot(fleet.cfg) == before
 

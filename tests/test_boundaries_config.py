@@ -225,7 +225,7 @@ def test_a_saved_plan_carries_the_take_over(site, tmp_path, capsys):
     (site.cfg / "topology.conf").write_bytes(HAND_KEPT)
     planfile = tmp_path / "plan.json"
     assert site.run(capsys, "plan", "--offline", "--out", planfile).rc == 2
-    saved = ["apply", "-f", site.intent, "--state-dir", site.state, "--plan", planfile]
+    saved = ["apply", "-f", site.intent, "--state-dir", site.state, "--offline", "--plan", planfile]
 
     res = run_main(capsys, *saved)
     assert res.rc == 1 and res.err == take_over_error(site.state), res
@@ -236,7 +236,7 @@ def test_a_saved_plan_carries_the_take_over(site, tmp_path, capsys):
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps({**doc, "changes": [{k: v for k, v in c.items() if k != "taken_over"}
                                                      for c in doc["changes"]]}))
-    res = run_main(capsys, "apply", "-f", site.intent, "--state-dir", site.state, "--plan", edited)
+    res = run_main(capsys, "apply", "-f", site.intent, "--state-dir", site.state, "--offline", "--plan", edited)
     assert res.rc == 1 and "does not hold what apply would do now" in res.err, res
     assert (site.cfg / "topology.conf").read_bytes() == HAND_KEPT
 

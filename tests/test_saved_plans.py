@@ -38,8 +38,9 @@ class Site:
                         "--out", self.planfile, *extra)
 
     def apply_plan(self, capsys, *extra: object):
-        return run_main(capsys, "apply", "-f", self.intent, "--plan", self.planfile, "--state-dir", self.state,
-                        "--no-reload", *extra)
+        """``apply --plan``, given again the config dir outside the intent that ``plan`` was made with."""
+        return run_main(capsys, "apply", "-f", self.intent, "--plan", self.planfile, "--slurm-config-dir", self.cfg,
+                        "--state-dir", self.state, "--no-reload", *extra)
 
     def apply(self, capsys):
         return run_main(capsys, "apply", "-f", self.intent, "--slurm-config-dir", self.cfg, "--state-dir",
@@ -108,8 +109,8 @@ def test_a_plan_with_no_changes_applies_as_no_changes(site, capsys):
 def test_a_real_subprocess_exits_1_with_one_error_when_stale(site, capsys):
     assert site.plan(capsys).rc == 2
     (site.cfg / "topology.conf").write_text("# made by hand\n")
-    res = rackctl("apply", "-f", site.intent, "--plan", site.planfile, "--state-dir", site.state, "--no-reload",
-                  cwd=site.intent.parent)
+    res = rackctl("apply", "-f", site.intent, "--plan", site.planfile, "--slurm-config-dir", site.cfg,
+                  "--state-dir", site.state, "--no-reload", cwd=site.intent.parent)
     assert_refused(res, "the managed Slurm files changed since the plan was made")
     assert (site.cfg / "topology.conf").read_text() == "# made by hand\n"
 
@@ -227,14 +228,35 @@ def test_a_plan_with_errors_is_refused(site, capsys):
     assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
 
 
-@pytest.mark.parametrize("option", [["--inventory", "inv"], ["--slurm-config-dir", "cfg"], ["--offline"],
-                                    ["--force-conflicts"], ["--prune-empty"], ["--drain-first"]])
-def test_options_that_change_what_is_planned_are_refused_with_plan(site, capsys, option):
+def test_drain_first_is_refused_with_plan(site, capsys):
     site.planfile.write_text("never read")
-    hint = ("hint: --drain-first is an apply of its own" if option[0] == "--drain-first"
-            else f"hint: plan again with {option[0]}")
-    assert_refused(site.apply_plan(capsys, *option), f"error: {option[0]}: cannot be combined with --plan: a saved "
-                   "plan is applied with the settings it was made with", hint)
+    assert_refused(site.apply_plan(capsys, "--drain-first"), "error: --drain-first: cannot be combined with --plan: "
+                   "a saved plan is applied with the settings it was made with",
+                   "hint: --drain-first is an apply of its own")
+
+
+@pytest.mark.parametrize("option", [["--offline"], ["--force-conflicts"], ["--prune-empty"]])
+def test_a_switch_the_plan_was_not_made_with_is_refused(site, capsys, option):
+    assert site.plan(capsys).rc == 2
+    assert_refused(site.apply_plan(capsys, *option), f"error: the saved plan {site.planfile} was made without "
+                   f"{option[0]}; a saved plan is applied only with the settings it was made with; nothing was "
+                   f"applied", f"hint: plan again with {option[0]} and --out, then apply that file")
+
+
+def test_another_inventory_than_the_plan_was_made_with_is_refused(site, capsys, tmp_path):
+    assert site.plan(capsys).rc == 2
+    other = tmp_path / "other-inventory"
+    shutil.copytree(site.intent.parent / "inventory", other)
+    assert_refused(site.apply_plan(capsys, "--inventory", other), f"error: the saved plan {site.planfile} was made "
+                   f"with the inventory {site.intent.parent / 'inventory'}, not --inventory {other}; a saved plan is "
+                   "applied only with the settings it was made with; nothing was applied",
+                   f"hint: plan again with --inventory {other} and --out")
+
+
+def test_a_setting_the_intent_gives_may_be_given_again(site, capsys):
+    assert site.plan(capsys).rc == 2
+    res = site.apply_plan(capsys, "--inventory", site.intent.parent / "inventory")
+    assert res.rc == 0, res
 
 
 # ---- a refusal writes nothing, not even the state dir -----------------------------------------
@@ -272,7 +294,8 @@ REFUSALS = {
     "moved inventory": (_moved_inventory, (), "provenance.planned_with.inventory: the inventory the plan was made "
                         "from"),
     "not a plan": (lambda site, doc: [doc], (), "not a rackctl plan"),
-    "planning option": (lambda site, doc: doc, ("--offline",), "cannot be combined with --plan"),
+    "planning option": (lambda site, doc: doc, ("--offline",), "was made without --offline"),
+    "setting not given again": (_edited("provenance.planned_with.offline", True), (), "give --offline again"),
 }
 
 
@@ -317,6 +340,51 @@ def test_an_apply_plan_that_goes_ahead_keeps_the_lock_file_beside_its_records(si
 
 # ---- the paths the plan was made with (provenance.planned_with) --------------------------------
 
+def test_a_plan_made_with_another_inventory_offline_is_applied_only_with_both_given_again(site, capsys, tmp_path):
+    # was: applied with the plan file's inventory, offline (no busy-tray check), with no flag given
+    forged = tmp_path / "elsewhere" / "inventory"
+    shutil.copytree(site.intent.parent / "inventory", forged)
+    assert site.plan(capsys, "--inventory", forged, "--offline").rc == 2
+    before = site.written()
+    assert_refused(site.apply_plan(capsys), f"error: the saved plan {site.planfile} was made with --inventory "
+                   f"{forged} (the intent says {site.intent.parent / 'inventory'}) and --offline; give --inventory "
+                   f"{forged} --offline again to apply it; nothing was applied",
+                   "hint: no setting recorded in a plan file is taken on the file's word")
+    assert site.written() == before
+    res = site.apply_plan(capsys, "--inventory", forged, "--offline")
+    assert res.rc == 0, res
+    assert (site.state / "two-racks" / "applied.json").is_file()
+
+
+def test_a_config_dir_the_plan_was_made_with_must_be_given_again(site, capsys):
+    assert site.plan(capsys).rc == 2
+    res = run_main(capsys, "apply", "-f", site.intent, "--plan", site.planfile, "--state-dir", site.state,
+                   "--no-reload")
+    assert_refused(res, f"error: the saved plan {site.planfile} was made with --slurm-config-dir {site.cfg} (the "
+                   f"intent says {site.intent.parent / 'slurm'}); give --slurm-config-dir {site.cfg} again to apply "
+                   "it; nothing was applied")
+    assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
+
+
+def test_the_flag_to_give_again_is_quoted_for_the_shell(site, capsys, tmp_path):
+    forged = tmp_path / "shared folder" / "inventory"
+    shutil.copytree(site.intent.parent / "inventory", forged)
+    assert site.plan(capsys, "--inventory", forged).rc == 2
+    assert_refused(site.apply_plan(capsys), f"give --inventory '{forged}' again to apply it")
+
+
+@pytest.mark.parametrize("key, flag", [("offline", "--offline"), ("force_conflicts", "--force-conflicts"),
+                                       ("prune_empty", "--prune-empty")])
+def test_a_switch_recorded_in_an_edited_plan_is_not_taken_on_its_word(site, capsys, key, flag):
+    # was: applied with the switch the file says it was made with
+    doc = _plan_doc(site, capsys)
+    doc["provenance"]["planned_with"][key] = True
+    site.planfile.write_text(json.dumps(doc))
+    assert_refused(site.apply_plan(capsys), f"error: the saved plan {site.planfile} was made with {flag}; give "
+                   f"{flag} again to apply it; nothing was applied")
+    assert sorted(p.name for p in site.cfg.iterdir()) == ["slurm.conf"]
+
+
 @pytest.mark.parametrize("key, what", [("inventory", "inventory"), ("slurm_config_dir", "Slurm config dir")])
 def test_an_edited_planned_with_path_is_refused_as_edited_naming_the_field(site, capsys, key, what):
     # was "inventory not found", or "the managed Slurm files changed" (an absent dir reads as empty)
@@ -344,7 +412,8 @@ def test_a_config_dir_moved_since_the_plan_is_missing_now(site, capsys):
     cfg = site.intent.parent / "slurm"  # the intent's own configDir this time
     assert run_main(capsys, "plan", "-f", site.intent, "--state-dir", site.state, "--out", site.planfile).rc == 2
     cfg.rename(cfg.with_name("slurm.old"))
-    assert_refused(site.apply_plan(capsys), f"error: {site.planfile}: provenance.planned_with.slurm_config_dir: the "
+    res = run_main(capsys, "apply", "-f", site.intent, "--plan", site.planfile, "--state-dir", site.state)
+    assert_refused(res, f"error: {site.planfile}: provenance.planned_with.slurm_config_dir: the "
                    f"Slurm config dir the plan was made from, {cfg}, is missing now; nothing was applied")
 
 
@@ -364,8 +433,9 @@ def test_help_says_how_plan_combines():
     assert res.rc == 0, res
     text = " ".join(res.out.split())
     assert "--plan PLANFILE apply exactly this saved plan (`plan --out`), without asking" in text
-    assert ("As in Terraform, the plan carries its settings: --inventory, --slurm-config-dir, --offline, "
-            "--force-conflicts, --prune-empty and --drain-first are refused with it; a plan made with "
+    assert ("No setting recorded in the plan is taken on the file's word: the --inventory or --slurm-config-dir "
+            "other than the intent's, --offline, --force-conflicts and --prune-empty it was made with are applied "
+            "only when given again; others, and --drain-first, are refused. A plan made with "
             "--allow-destructive that needs it is applied only with --allow-destructive again") in text
 
 
