@@ -321,9 +321,9 @@ def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
               ("Kubernetes changes", _CHANGE_HEADER, _CHANGE_RULE, [_change_row(c) for c in plan.kubernetes_changes])]
     groups = [g for g in groups if g[3]]
     note = (f"> [!NOTE]\n> This plan is {full:,} bytes of markdown, more than one pull-request comment holds: shown "
-            "are its summary, its errors and the first changes of each target. The full plan is the JSON plan, "
-            f"the file `{PLAN_ARTIFACT_FILE}` of this workflow run's artifact `{PLAN_ARTIFACT}` "
-            "(`rackctl plan --out FILE` writes it).\n")
+            "are its summary, its errors and the first changes of each target (its warnings and node states are in "
+            "the full plan only). The full plan is the JSON plan `rackctl plan --out FILE` writes: in the "
+            f"rackctl-plan workflow, the file `{PLAN_ARTIFACT_FILE}` of the run's artifact `{PLAN_ARTIFACT}`.\n")
     # The heading and the table head of each group, with the line saying how many it shows.
     fixed = "\n".join(head + [note]) + "".join(f"\n#### {g[0]} (first {len(g[3])} of {len(g[3])})\n\n{g[1]}\n{g[2]}\n"
                                                 for g in groups)

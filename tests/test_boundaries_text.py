@@ -230,8 +230,8 @@ def test_an_800_rack_markdown_plan_fits_a_comment_and_names_the_artifact(tmp_pat
     assert res.rc == 2, res
     assert len(res.out.encode()) <= report.MAX_MARKDOWN_BYTES < 65_536
     full = json.loads((tmp_path / "plan.json").read_text())
-    assert ("the file `plan.json` of this workflow run's artifact `rackctl-plan` (`rackctl plan --out FILE` "
-            "writes it)") in res.out
+    assert ("The full plan is the JSON plan `rackctl plan --out FILE` writes: in the rackctl-plan workflow, the "
+            "file `plan.json` of the run's artifact `rackctl-plan`.") in res.out
     lines = res.out.splitlines()
     assert lines[4].startswith("**Plan: files: 5 to add, 0 to change, 0 to remove; blocks: 800 to add")
     [heading] = [x for x in lines if x.startswith("#### Slurm changes")]
