@@ -5,6 +5,7 @@ writes anything, where ``plan`` only tells:
   otherwise get files no slurmctld reads, while the reload reports success. ``plan`` warns
   (``slurm-conf-missing``), so that a pull request is planned offline on a runner that has no
   copy of the controller's config;
+- a state dir inside the config dir (its backups and journal beside the files they restore);
 - a managed file rackctl has no record of writing (``plan.Change.taken_over``): someone's
   hand-kept ``topology.conf`` is replaced, or removed, only with ``--take-over``. After
   ``rackctl import`` (which records what it adopted) or an apply, the files are rackctl's.
@@ -12,6 +13,7 @@ writes anything, where ``plan`` only tells:
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import pipeline, report
@@ -33,6 +35,13 @@ def check(run: pipeline.Run, *, take_over: bool) -> None:
                           "slurm.conf; nothing was applied",
                           hint="set targets.slurm.configDir (or --slurm-config-dir) to the folder that holds "
                           "slurm.conf; `rackctl plan` still plans without one (a warning), e.g. on a CI runner")
+    if run.intent.slurm_enabled:
+        cdir = os.path.realpath(run.intent.slurm.config_dir)
+        if os.path.commonpath([cdir, run.state.path]) == cdir:  # backups beside what they back up
+            raise TargetError(f"the state dir {display_path(run.state.path)} is inside the Slurm config dir "
+                              f"{display_path(run.intent.slurm.config_dir)}; rackctl keeps its lock, backups and "
+                              "records apart from the files it manages; nothing was applied",
+                              hint="pass a --state-dir outside the config dir (default /var/lib/rackctl as root)")
     taken = run.plan.taken_over
     if taken and not take_over:
         sys.stdout.write(report.render(run.plan, "text"))

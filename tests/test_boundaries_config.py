@@ -453,3 +453,14 @@ def test_state_dir_record_of_another_config_dir_adopts_nothing(tmp_path):
     state.write_adopted(tmp_path / "a", {"topology.conf": digest(b"x")})
     assert state.read_adopted(tmp_path / "a") == {"topology.conf": digest(b"x")}
     assert state.read_adopted(tmp_path / "b") is None
+
+
+def test_apply_refuses_a_state_dir_inside_the_config_dir(site, capsys):
+    inside = site.cfg / "state"
+    before = snapshot(site.cfg)
+    res = site.run(capsys, "apply", "--state-dir", inside, state=False)
+    assert res.rc == 1 and res.err == (
+        "error: the state dir slurm/state/two-racks is inside the Slurm config dir slurm; rackctl keeps its lock, "
+        "backups and records apart from the files it manages; nothing was applied\n"
+        "  hint: pass a --state-dir outside the config dir (default /var/lib/rackctl as root)\n"), res
+    assert snapshot(site.cfg) == before
