@@ -366,7 +366,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     check_node(node, file="<nvml>", place=f"NodeReport of {node['hostname']}")
     if node_name is not None:
         k8s_reports.annotation_value(node)  # the size check, before any API call
-        k8s_reports.publish_report(k8s_reports.load_api(), node_name, node)
+        k8s_reports.publish_report(collectcmd.node_api(), node_name, node)
         print(f"annotated Node {node_name} with {k8s_reports.ANNOTATION}", file=sys.stderr)
     text = json.dumps(node, indent=2) + "\n"
     if args.out is not None:

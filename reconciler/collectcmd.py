@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from . import hostlist, outputs, progress
-from .errors import InputError, RackctlError
+from . import deadline, hostlist, outputs, progress
+from .errors import InputError, RackctlError, TargetError
 from .inventory import k8s_reports, labels, slurm_collect
 from .inventory.store import write_inventory
 from .untrusted import shown
@@ -70,6 +71,9 @@ def add_collect_parser(sub, make_sub) -> None:
     out = k.add_mutually_exclusive_group(required=True)
     out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
     out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    k.add_argument("--timeout", metavar="DURATION", type=deadline.timeout_arg, default=deadline.DEFAULT_TIMEOUT,
+                   help="the deadline of listing the Nodes (90s, 10m, 1h; default %(default)s): a list still "
+                   "running when it passes fails with nothing written (exit 1)")
     k.set_defaults(func=cmd_collect_kubernetes)
 
 
@@ -118,8 +122,7 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
                              "-l SEL -o yaml`", field="--label-selector")
         objects, name = labels.load_node_objects(Path(args.from_file))
     else:
-        api = k8s_reports.load_api()
-        objects, name = k8s_reports.list_nodes(api, args.label_selector), "<kubernetes API>"
+        objects, name = list_live_nodes(args.label_selector, args.timeout), "<kubernetes API>"
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
     nodes, missing, notes, warnings = [], [], [], []
     seen: dict[str, str] = {}
@@ -151,14 +154,54 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(shown(f"warning: {warning}"), file=sys.stderr)
     if not nodes:
-        raise RackctlError(f"no node reported ({len(objects)} Node(s) listed); nothing written\n" +
-                           "\n".join(missing[:50]) + (f"\n  ... and {len(missing) - 50} more" if len(missing) > 50 else ""))
+        more = [f"  ... and {len(missing) - 50} more"] if len(missing) > 50 else []
+        raise RackctlError("\n".join([f"no node reported ({len(objects)} Node(s) listed); nothing written",
+                                      *missing[:50], *more]))
     written = write_reports(nodes, args)
     print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
     if missing:
         print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
         print("\n".join(map(shown, missing)), file=sys.stderr)
     return 0
+
+
+def connect() -> Any:
+    """An ``ApiClient`` as the Kubernetes target makes one (``targets.kubernetes.connect``: the
+    in-cluster config, else KUBECONFIG; credentials remembered for ``redact``; ``httpguard``'s
+    bounds), making one attempt per request. Raises ``TargetError``."""
+    from .targets import kubernetes as kube
+
+    try:
+        return kube.connect(client_retries=False)
+    except TargetError as exc:
+        raise TargetError(exc.message, hint="set KUBECONFIG, run in a pod with a ServiceAccount, or use --from-file "
+                                            "with `kubectl get nodes -o yaml`") from None
+
+
+def node_api() -> Any:
+    """A ``CoreV1Api`` over ``connect()`` (``discover --publish-annotation`` patches its Node
+    with it). Raises ``TargetError``."""
+    from kubernetes import client
+
+    return client.CoreV1Api(connect())
+
+
+def list_live_nodes(selector: str | None, timeout_s: float) -> list[dict[str, Any]]:
+    """Every Node (matching label selector ``selector``) as API JSON, through the Kubernetes
+    target's bounded list (``KubeApi.list_nodes``: at most ``MAX_LIST_ITEMS`` Nodes, transient
+    failures retried, each request within its deadline, answers checked for shape), all within
+    ``timeout_s`` seconds. Raises ``TargetError``, e.g. past the deadline."""
+    from .targets import kubernetes as kube
+
+    with deadline.running(timeout_s):
+        api = kube.KubeApi(connect())
+        try:
+            return list(api.list_nodes(selector))
+        except TargetError as exc:
+            if ": HTTP 403 from " not in exc.message:  # KubeApi's hint names the reconciler's RBAC
+                raise
+            raise TargetError(exc.message, hint="the collector needs list on nodes (ClusterRole "
+                                                "rackctl-collector)") from None
 
 
 def check_outputs(args: argparse.Namespace) -> None:

@@ -22,13 +22,17 @@ _PATTERNS = (
                 r"[^'\"\r\n]+"), rf"\1\2{MASK}"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1"),
 )
+#: A credential as an Authorization header carries it: its scheme, white space, the credential.
+_SCHEMED = re.compile(r"(?i)(?:bearer|basic)\s+(\S+)")
 _known: set[str] = set()
 _lock = threading.Lock()
 
 
 def remember(*values: object) -> None:
     """Keep every text among ``values`` (and each line of a value of several lines) as a secret
-    that ``scrub`` removes. None, non-text and short values are ignored."""
+    that ``scrub`` removes; of a credential with its scheme (``Bearer TOKEN``, ``Basic ...``),
+    the credential alone too, which a server may quote without the scheme. None, non-text and
+    short values are ignored."""
     found = set()
     for value in values:
         if isinstance(value, bytes):
@@ -37,8 +41,10 @@ def remember(*values: object) -> None:
             continue
         for part in (value, value.strip(), *value.splitlines()):
             part = part.strip()
-            if len(part) >= MIN_SECRET_CHARS:
-                found.add(part)
+            schemed = _SCHEMED.fullmatch(part)
+            for secret in (part, schemed[1] if schemed else ""):
+                if len(secret) >= MIN_SECRET_CHARS:
+                    found.add(secret)
     with _lock:
         _known.update(found)
 

@@ -12,6 +12,7 @@ import yaml
 
 import nodereports as nr
 from clihelp import ROOT, assert_one_error, run_main
+from reconciler import collectcmd
 from reconciler.errors import RackctlError
 from reconciler.inventory import k8s_reports
 from reconciler.inventory.store import load_inventory
@@ -91,7 +92,7 @@ def fake_nvml(monkeypatch, gethostname: str = "gb-r01-n01") -> None:
 def test_discover_publish_annotation_names_the_report_after_the_node(monkeypatch, capsys, tmp_path):
     fake_nvml(monkeypatch)
     api = StubApi()
-    monkeypatch.setattr(k8s_reports, "load_api", lambda: api)
+    monkeypatch.setattr(collectcmd, "node_api", lambda: api)
     monkeypatch.setenv("NODE_NAME", "k8s-node-7")
     res = run_main(capsys, "discover", "--publish-annotation", "--out", tmp_path / "r.json")
     assert res.rc == 0, res
@@ -106,7 +107,7 @@ def test_discover_publish_annotation_names_the_report_after_the_node(monkeypatch
 def test_discover_refuses_to_publish_a_report_for_another_host(monkeypatch, capsys, tmp_path):
     fake_nvml(monkeypatch)
     api = StubApi()
-    monkeypatch.setattr(k8s_reports, "load_api", lambda: api)
+    monkeypatch.setattr(collectcmd, "node_api", lambda: api)
     res = run_main(capsys, "discover", "--publish-annotation", "--node-name", "gb-r01-n02", "--hostname",
                    "gb-r01-n01", "--out", tmp_path / "r.json")
     assert assert_one_error(res) == (
@@ -187,29 +188,24 @@ def test_collect_label_selector_with_from_file_is_refused(tmp_path, capsys):
     assert "--label-selector" in assert_one_error(res)
 
 
-def test_collect_live_api_uses_list_node(monkeypatch, tmp_path, capsys):
-    reports = nr.rack("gb-r01-n[01-02]", UUID)
+def test_collect_live_api_lists_the_selected_nodes_page_by_page(kube, monkeypatch, tmp_path, capsys):
+    from kubehelp import node
+    from reconciler.targets import kubernetes as kube_target
 
-    class Client:
-        def sanitize_for_serialization(self, obj):
-            return obj
-
-    class Api:
-        api_client = Client()
-        seen: list = []
-
-        def list_node(self, **kwargs):
-            self.seen.append(kwargs)
-            if "_continue" not in kwargs:
-                return {"items": [node_obj("gb-r01-n01", reports[0])], "metadata": {"continue": "t"}}
-            return {"items": [node_obj("gb-r01-n02", reports[1])], "metadata": {}}
-
-    monkeypatch.setattr(k8s_reports, "load_api", lambda: Api())
+    reports = nr.rack("gb-r01-n[01-03]", UUID)
+    for report in reports:
+        obj = node(report["hostname"], {"nvidia.com/gpu.present": "false" if report is reports[2] else "true"})
+        obj["metadata"]["annotations"] = {ANN: k8s_reports.annotation_value(report)}
+        kube.seed(obj)
+    monkeypatch.setattr(kube_target, "_PAGE", 1)
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
     res = run_main(capsys, "collect", "kubernetes", "--label-selector", "nvidia.com/gpu.present=true",
                    "--out-dir", tmp_path / "inv")
     assert res.rc == 0, res
-    assert load_inventory(tmp_path / "inv") == reports
-    assert Api.seen[0]["label_selector"] == "nvidia.com/gpu.present=true" and Api.seen[1]["_continue"] == "t"
+    assert load_inventory(tmp_path / "inv") == reports[:2]
+    lists = [r["query"] for r in kube.requests() if r["path"] == "/api/v1/nodes"]
+    assert [(q["labelSelector"], q["limit"], "continue" in q) for q in lists] == [
+        ("nvidia.com/gpu.present=true", "1", False), ("nvidia.com/gpu.present=true", "1", True)]
 
 
 # --- the DaemonSet manifest -------------------------------------------------------------------

@@ -12,12 +12,11 @@ import sys
 
 import pytest
 import urllib3
-from kubernetes import client
 
 from clihelp import rackctl, run_main
 from kubehelp import example_intent
 from reconciler import boundedrun, deadline, httpguard
-from reconciler.errors import InputError, RackctlError, TargetError
+from reconciler.errors import InputError, TargetError
 from reconciler.inventory import k8s_reports, store
 from reconciler.leaselock import LeaseLock, LeaseRef
 from reconciler.retry import RetryPolicy
@@ -171,11 +170,25 @@ def test_a_lease_request_has_the_same_deadline(server, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("server", [trickling], indirect=True)
-def test_collecting_reports_from_node_annotations_has_the_deadline(server, tmp_path, monkeypatch):
+def test_collecting_reports_from_node_annotations_has_the_deadline(server, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(httpguard, "REQUEST_DEADLINE_S", 2)
-    with pytest.raises(RackctlError) as err:
-        k8s_reports.list_nodes(client.CoreV1Api(connect(kubeconfig(tmp_path / "kc", server.url))))
-    assert err.value.message == "could not list Nodes: no complete answer within 2 s"
+    monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path / "kc", server.url))
+    res = run_main(capsys, "collect", "kubernetes", "--out", tmp_path / "inv.json")
+    assert (res.rc, res.out) == (1, "")
+    assert res.err == (f"error: kubernetes: list Nodes: {server.url} sent no complete answer within 2 s (the "
+                       "deadline of one request); gave up\n" + HINT)
+    assert not (tmp_path / "inv.json").exists()
+
+
+@pytest.mark.parametrize("server", [trickling], indirect=True)
+def test_collecting_reports_from_node_annotations_has_the_pass_deadline(server, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(httpguard, "REQUEST_DEADLINE_S", 60)
+    monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path / "kc", server.url))
+    res = run_main(capsys, "collect", "kubernetes", "--timeout", "2s", "--out", tmp_path / "inv.json")
+    assert (res.rc, res.out) == (1, "")
+    assert res.err == (f"error: kubernetes: list Nodes: {server.url} sent no complete answer before the pass's "
+                       "deadline (--timeout 2 s); nothing was written\n" + HINT)
+    assert not (tmp_path / "inv.json").exists()
 
 
 def test_a_controller_command_that_prints_without_end_is_killed(monkeypatch):

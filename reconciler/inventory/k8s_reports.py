@@ -19,8 +19,11 @@ tray, or a Node renamed under a stale report) is refused for that one Node.
 Kubernetes caps a Node's annotations at 256 KiB in all, so a report whose annotation alone is
 larger is refused before any API call (a 4-GPU tray takes about 2 KiB).
 
-The ``kubernetes`` package is imported only by ``load_api`` / ``list_nodes``: reading recorded
-Node objects needs no client.
+This module makes no connection and imports no ``kubernetes`` client: the CLI connects and
+lists the Nodes through the Kubernetes target's bounded requests (``collectcmd.node_api``,
+``targets.kubernetes.KubeApi.list_nodes``: credentials remembered for ``redact``, paging with
+a cap on the items, retries, the per-request and the pass's deadline, shape checks) and hands
+the Node dicts here; reading recorded Node objects needs no client at all.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from typing import Any, Callable, Iterable
 
 from .. import httpguard, redact
@@ -37,7 +41,6 @@ from .store import check_node
 ANNOTATION = "rackctl.dev/node-report"
 #: Kubernetes' limit on the total size of one object's annotations (keys + values).
 MAX_ANNOTATION_BYTES = 256 * 1024
-_PAGE = 500
 
 
 def annotation_value(report: dict[str, Any]) -> str:
@@ -153,9 +156,8 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
                       f"{MAX_ANNOTATION_BYTES} (Kubernetes' limit on one object's annotations)")
     try:
         report = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        msg = f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-        return None, f"node {name}: annotation {ANNOTATION} is garbled: invalid JSON: {msg}"
+    except (ValueError, RecursionError) as exc:
+        return None, f"node {name}: annotation {ANNOTATION} is garbled: invalid JSON: {_json_why(exc)}"
     if not isinstance(report, dict):
         return None, f"node {name}: annotation {ANNOTATION} is garbled: expected a NodeReport object"
     try:
@@ -168,39 +170,11 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
     return report, None
 
 
-def load_api() -> Any:
-    """A ``CoreV1Api``: in-cluster config (a pod's ServiceAccount), else KUBECONFIG."""
-    try:
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise RackctlError("the kubernetes Python client is not installed (pip install kubernetes)") from None
-    try:
-        config.load_incluster_config()
-    except ConfigException:
-        try:
-            # Read now: the client's own default is $KUBECONFIG as it was when it was imported.
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-        except (ConfigException, OSError) as exc:
-            raise RackctlError(f"no Kubernetes configuration: not in a pod, and no usable kubeconfig ({exc})",
-                               hint="set KUBECONFIG, or use --from-file with `kubectl get nodes -o yaml`") from None
-    return client.CoreV1Api(httpguard.install(client.ApiClient()))
-
-
-def list_nodes(api: Any, label_selector: str | None = None) -> list[dict[str, Any]]:
-    """Every Node (paged) as API JSON dicts. Raises ``RackctlError`` on an API failure."""
-    items: list[dict[str, Any]] = []
-    token = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": _PAGE}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if token:
-            kwargs["_continue"] = token
-        page = _request(lambda: api.list_node(**kwargs), "list Nodes",
-                        {403: "the collector needs list on nodes (ClusterRole rackctl-collector)"})
-        doc = api.api_client.sanitize_for_serialization(page)
-        items.extend(doc.get("items") or [])
-        token = (doc.get("metadata") or {}).get("continue")
-        if not token:
-            return items
+def _json_why(exc: ValueError | RecursionError) -> str:
+    """Why ``json.loads`` refused a text, in words: a syntax error (with its column), nesting
+    too deep, or a number longer than Python converts (``sys.get_int_max_str_digits()``)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} (column {exc.colno})"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return f"a number of more than {sys.get_int_max_str_digits()} digits"

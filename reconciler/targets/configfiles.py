@@ -21,11 +21,13 @@ from ..yamlsource import display_path, read_bytes_capped
 Kind = Literal["file", "directory", "absent", "other"]
 #: slurm.conf(5) and slurmdbd.conf(5) settings holding a password (``AccountingStoragePass``,
 #: ``JobCompPass``, ``StoragePass``, in any case), as ``Key=value`` lines or ``Key = value`` lines
-#: of ``scontrol show config``: their values never leave the host in a snapshot. A value runs on
-#: through double-quoted parts (spaces and ``#`` inside them; an unclosed quote to the end of the
-#: line) and ``\``-escapes (``\#`` is a literal ``#``), up to white space or a comment's ``#``.
-SECRET_SETTING = re.compile(rb'^([ \t]*\w*pass(?:word)?[ \t]*=[ \t]*)((?:"[^"\r\n]*(?:"|$)|\\[^\r\n]|[^\s#\\"])+)',
-                            re.IGNORECASE | re.MULTILINE)
+#: of ``scontrol show config``: their values never leave the host in a snapshot. A setting counts
+#: first on its line or after white space: Slurm's parser reads every ``Key=value`` of a line, one
+#: after another (``NodeName=... Pass=...``, or a line it rejects). A value runs on through
+#: double-quoted parts (spaces and ``#`` inside them; an unclosed quote to the end of the line) and
+#: ``\``-escapes (``\#`` is a literal ``#``), up to white space or a comment's ``#``.
+SECRET_SETTING = re.compile(rb'(?<!\S)([ \t]*\w*pass(?:word)?[ \t]*=[ \t]*)((?:"[^"\r\n]*(?:"|$)|\\[^\r\n]|[^\s#\\"])+)',
+                            re.IGNORECASE)
 REDACTED = b"REDACTED-by-rackctl-snapshot"
 
 

@@ -130,7 +130,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, client
             except ConfigException:
                 pass
         if not loaded:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            # $KUBECONFIG read now: the client's own default is $KUBECONFIG as it was at its import.
+            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG", "~/.kube/config"),
+                                    context=context, client_configuration=cfg)
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as exc:
         why = redact.scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         if not isinstance(exc, (ConfigException, OSError)):
@@ -147,8 +149,7 @@ def _guard_credentials(cfg: Any, source: str) -> None:
     URL (urllib3 never sends it), and trim a token's surrounding white space (a token file or
     field written with a stray newline), also when the client reloads it before each request.
     Raises ``TargetError``, never quoting the token, for one with a control character inside."""
-    redact.remember(*cfg.api_key.values(), cfg.password, cfg.username and cfg.password and
-                    f"{cfg.username}:{cfg.password}")
+    redact.remember(cfg.password, cfg.username and cfg.password and f"{cfg.username}:{cfg.password}")
     for name in ("key_file", "cert_file"):  # client-key-data lands in a temporary file
         path = getattr(cfg, name, None)
         if path and os.path.isfile(path) and os.path.getsize(path) < 1024 * 1024:
@@ -173,17 +174,19 @@ def _guard_credentials(cfg: Any, source: str) -> None:
 
 
 def _trim_token(cfg: Any, source: str) -> None:
+    """Trim each of ``cfg.api_key``'s tokens and remember it for ``redact.scrub`` (as sent, and
+    the token alone: ``redact.remember`` keeps both). Raises ``TargetError`` (see
+    ``_guard_credentials``)."""
     for key, value in list(cfg.api_key.items()):
         if not isinstance(value, str):
             continue
         scheme, _, token = value.partition(" ")
         trimmed = f"{scheme} {token.strip()}" if token else value.strip()
+        redact.remember(value, trimmed)
         if any(ord(c) < 32 or ord(c) == 127 for c in trimmed):
             raise TargetError(f"{source}: the user's credential (a {scheme} token) holds a control character; "
                               "expected one line of printable text", hint="write the token again without line breaks")
-        if trimmed != value:
-            redact.remember(trimmed)
-            cfg.api_key[key] = trimmed
+        cfg.api_key[key] = trimmed
 
 
 class KubeApi:
@@ -233,9 +236,11 @@ class KubeApi:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def list_nodes(self) -> Iterator[dict[str, Any]]:
-        """Every Node, as API JSON, page by page."""
-        yield from self._pages("list Nodes", lambda **kw: self._core.list_node(_preload_content=False, **kw))
+    def list_nodes(self, selector: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every Node (matching label selector ``selector``, when given), as API JSON, page by page."""
+        extra = {"label_selector": selector} if selector else {}
+        yield from self._pages("list Nodes", lambda **kw: self._core.list_node(_preload_content=False, **extra,
+                                                                               **kw))
 
     def list_owned(self, kind: str, version: str, selector: str) -> Iterator[dict[str, Any]]:
         """Every cluster-scoped Kueue object of ``kind`` matching ``selector``."""
@@ -296,7 +301,10 @@ class KubeApi:
             token = (doc.get("metadata") or {}).get("continue") if isinstance(doc.get("metadata"), dict) else None
             if not token:
                 return
-            if not isinstance(token, str) or token in seen:
+            if not isinstance(token, str):
+                raise TargetError(f"kubernetes: {what}: {self.server} answered with a continue token that is a JSON "
+                                  f"{type(token).__name__}, not a string; the list was not read")
+            if token in seen:
                 raise TargetError(f"kubernetes: {what}: {self.server} repeated a continue token; the list never ends")
             seen.add(token)
 
@@ -428,10 +436,11 @@ class _Expired(Exception):
 
 
 def _status_doc(exc: Exception) -> dict[str, Any]:
-    """The metav1.Status an ``ApiException`` carries (empty when its body is not one)."""
+    """The metav1.Status an ``ApiException`` carries (empty when its body is not one: not JSON,
+    not an object, or nested too deeply to decode)."""
     try:
         doc = json.loads(getattr(exc, "body", "") or "{}")
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -602,13 +611,11 @@ def _error(what: str, exc: Exception, server: str, *, attempts: int = 1) -> Targ
     if status is None:
         return TargetError(f"kubernetes: {what}: cannot reach {server} ({_network_why(exc)}){tries}",
                            hint="check the kubeconfig's server address and the network")
-    message, causes = getattr(exc, "reason", "") or "", []
-    try:
-        doc = json.loads(getattr(exc, "body", "") or "{}")
-        message = doc.get("message") or message
-        causes = [c.get("message", "") for c in (doc.get("details") or {}).get("causes") or []]
-    except (ValueError, AttributeError, TypeError):
-        pass
+    doc = _status_doc(exc)
+    message = doc.get("message") or getattr(exc, "reason", "") or ""
+    details = doc.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    causes = [c.get("message", "") for c in causes if isinstance(c, dict)] if isinstance(causes, list) else []
     hint = {401: "the credentials were refused", 403: "rackctl's account lacks a permission (see "
             "examples/kubernetes/reconciler-rbac.yaml)", 409: "another field manager owns these fields: pass "
             "--force-conflicts to take them over, or resolve the conflict" if "conflict" in str(message).lower()
