@@ -34,12 +34,14 @@ _seconds = 0.0
 _lock = threading.Lock()
 
 
-def parse_duration(text: str, *, field: str) -> float:
-    """``"90"``/``"90s"``/``"10m"``/``"1h"``/``"1d"`` -> seconds (> 0). Raises ``InputError``
-    naming ``field`` for anything else."""
-    if not _DURATION.fullmatch(text) or duration_s(text) == 0:
-        raise InputError(f"{text!r} is not a duration; expected a positive number with an optional unit s, m, h "
-                         "or d (90s, 10m, 1h)", field=field)
+def parse_duration(text: str, *, field: str, positive: bool = True) -> float:
+    """``"90"``/``"90s"``/``"10m"``/``"1h"``/``"1d"`` -> seconds (> 0; ``0s`` too unless
+    ``positive``). Raises ``InputError`` naming ``field`` for anything else."""
+    if not _DURATION.fullmatch(text):
+        raise InputError(f"{text!r} is not a duration; expected a whole number with an optional unit s, m, h or d "
+                         "(90s, 10m, 1h)", field=field)
+    if positive and duration_s(text) == 0:
+        raise InputError(f"{text!r} is no time; expected a positive duration (90s, 10m, 1h)", field=field)
     return float(duration_s(text))
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from . import __version__, hostlist
 from .errors import InputError, TargetError, malformed_why
-from .intent import duration_s
+from .deadline import parse_duration
 from .kubeplan import KubeRecord
 from .nodestates import HealthHistory
 from .safedir import SafeDir, check_private
@@ -50,7 +50,6 @@ _ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]{2,45}")  # rac
 KEEP_BACKUPS = 10
 LOCK_TRIES = 100  # a folder removed by its last holder as we open it is made and opened again
 LOCK_POLL_S = 0.2  # how often a --lock-timeout wait tries the lock again
-_DURATION = re.compile(r"[0-9]+[smhd]?")
 MAX_RECORD_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
@@ -84,12 +83,7 @@ def xdg_state_dir() -> Path:
 def lock_timeout_s(text: str | None) -> float:
     """``--lock-timeout DURATION`` in seconds (``0s``, ``90s``, ``10m``, ``1h``; None: 0, fail at
     once). Raises ``InputError`` naming the option for anything else."""
-    if text is None:
-        return 0.0
-    if not _DURATION.fullmatch(text):
-        raise InputError(f"{text!r} is not a duration; expected a number with an optional unit s, m, h or d "
-                         "(0s, 90s, 10m)", field="--lock-timeout")
-    return float(duration_s(text))
+    return 0.0 if text is None else parse_duration(text, field="--lock-timeout", positive=False)
 
 
 def _tell_waiting(message: str) -> None:

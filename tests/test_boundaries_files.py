@@ -393,8 +393,8 @@ def test_lock_timeout_waits_for_the_holder_to_let_go(site, command, said, done):
 
 def test_a_lock_timeout_that_is_not_a_duration_is_refused(site, capsys):
     res = site.run(capsys, "apply", "--lock-timeout", "soon")
-    assert assert_one_error(res) == ("error: --lock-timeout: 'soon' is not a duration; expected a number with an "
-                                     "optional unit s, m, h or d (0s, 90s, 10m)\n")
+    assert assert_one_error(res) == ("error: --lock-timeout: 'soon' is not a duration; expected a whole number with "
+                                     "an optional unit s, m, h or d (90s, 10m, 1h)\n")
     assert not site.state.exists()
 
 

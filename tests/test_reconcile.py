@@ -516,7 +516,7 @@ def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
 
 @pytest.mark.parametrize("extra, words", [
     (["--interval", "10x"], "--interval: '10x' is not a duration"),
-    (["--interval", "0"], "--interval: '0' is not a duration"),
+    (["--interval", "0"], "--interval: '0' is no time"),
     (["--interval=-5m"], "--interval: '-5m' is not a duration"),
     (["--metrics-port", "9464"], "--metrics-port: the metrics are served while looping"),
     (["--metrics-address", "0.0.0.0"], "--metrics-address: an address to serve on needs --metrics-port"),
