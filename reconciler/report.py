@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -137,12 +137,13 @@ def summary_line(plan: Plan) -> str:
     return f"Plan: {head}. {tail}."
 
 
-def reload_line(plan: Plan) -> str:
-    """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``; empty when
+def reload_line(plan: Plan, code: Callable[[str], str] = lambda cmd: f"`{cmd}`") -> str:
+    """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``, the command
+    as ``code`` quotes it (markdown: a code span that no backtick inside can close); empty when
     apply runs no reload command."""
     if plan.reload is None:
         return ""
-    return f"Reload: apply runs `{shlex.join(plan.reload)}` after writing the Slurm files."
+    return f"Reload: apply runs {code(shlex.join(plan.reload))} after writing the Slurm files."
 
 
 def taken_over(plan: Plan) -> list[tuple[str, str]]:
@@ -264,7 +265,7 @@ def _markdown(plan: Plan, command: str) -> str:
         head += [f"> - {code_span(path)} ({verb})" for path, verb in taken_over(plan)]
         head.append("")
     if plan.reload is not None:
-        head += [f"Reload: apply runs {code_span(shlex.join(plan.reload))} after writing the Slurm files.", ""]
+        head += [reload_line(plan, code_span), ""]
     out = list(head)
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
