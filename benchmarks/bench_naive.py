@@ -10,9 +10,9 @@ Both sides get the same data, in this process, from the drifted scenario:
                    server-set fields left out: the user's first cut would strip them too)
 
     deepdiff       DeepDiff(live tree, desired tree), defaults
-    compare        reconciler.kubeplan.compare on the live state rackctl read: the step deepdiff
+    compare        reconciler.targets.kubernetes.compare.compare on the live state rackctl read: the step deepdiff
                    replaces (Node labels, owned objects, health taints)
-    compute        reconciler.pipeline.compute in this process: rackctl's whole plan (inventory,
+    compute        reconciler.engine.compute.compute in this process: rackctl's whole plan (inventory,
                    fabric, planner, render, reads of Slurm files and the API server, compare,
                    dry-runs) without the interpreter start or output
 
@@ -75,9 +75,10 @@ def trees(s: Scenario, desired) -> tuple[dict, dict]:
 
 def _rackctl_side(s: Scenario, repeat: int) -> tuple[float, float | None, str, tuple[dict, dict]]:
     """rackctl's times in this process: ``(compute_s, compare_s, note, trees)``."""
-    from reconciler import kubeplan, pipeline
-    from reconciler.kubesync import KubeOptions
-    from reconciler.statedir import StateDir
+    from reconciler.targets.kubernetes import compare as kubeplan
+    from reconciler.engine import compute as pipeline
+    from reconciler.targets.kubernetes.sync import KubeOptions
+    from reconciler.state.statedir import StateDir
 
     intent = pipeline.load(str(s.stage.intent), inventory=None, config_dir=None)
     state = StateDir(s.stage.state_dir, intent.name)

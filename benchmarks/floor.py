@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler import gcpause
+from reconciler.engine import gcpause
 
 from . import kube as kubemod
 
@@ -69,7 +69,7 @@ def read_slurm(config_dir: Path) -> int:
 def measure(inventory: Path, config_dir: Path, api_client) -> Floor:
     """Time each part of the floor once (``api_client``: a kubernetes ApiClient for the fake,
     made beforehand: building it is not reading the cluster). Python's cyclic garbage collector
-    is paused meanwhile, as rackctl pauses it (``reconciler.gcpause``): its full collections
+    is paused meanwhile, as rackctl pauses it (``reconciler.engine.gcpause``): its full collections
     over this big process are not reading."""
     with gcpause.paused():
         return _measure(inventory, config_dir, api_client)

@@ -26,7 +26,7 @@ CRDS = [CRD_DIR / "kueue-v1beta2.yaml", CRD_DIR / "computedomains.yaml"]
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 PREFIX = "rackctl.dev/"
 KUEUE = "kueue.x-k8s.io"
-PAGE = 500  # rackctl's page size (reconciler/targets/kubernetes.py _PAGE)
+PAGE = 500  # rackctl's page size (reconciler/targets/kubernetes/client.py _PAGE)
 
 
 def node(name: str) -> dict:

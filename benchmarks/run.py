@@ -236,8 +236,9 @@ def _tables(res: Results, only: list[str]) -> str:
                           "note"], rows,
                          ["deepdiff: DeepDiff(live, desired) over {nodes: name -> rackctl labels, objects: Kueue",
                           "  objects' apiVersion/kind/name/labels/spec}; rendering the desired tree not counted",
-                          "compare: reconciler.kubeplan.compare on the same state (labels, objects, taints)",
-                          "compute: reconciler.pipeline.compute in-process, the whole plan incl. all reads"]))
+                          "compare: reconciler.targets.kubernetes.compare.compare on the same state",
+                          "  (labels, objects, taints)",
+                          "compute: reconciler.engine.compute.compute in-process, the whole plan incl. all reads"]))
     return "\n".join(out)
 
 

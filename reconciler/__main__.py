@@ -1,5 +1,5 @@
 """``python -m reconciler`` runs the rackctl CLI."""
 
-from .cli import run
+from reconciler.cli.main import run
 
 run()

@@ -1,5 +1,5 @@
 """Helpers for tests that drive the rackctl CLI: as a real subprocess (exit codes, stdout vs
-stderr, no traceback) or in-process through ``reconciler.cli.main``."""
+stderr, no traceback) or in-process through ``reconciler.cli.main.main``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.cli import main
-from reconciler.intent import IMEX_SCRIPTS, load_intent
+from reconciler.cli.main import main
+from reconciler.intent.model import IMEX_SCRIPTS, load_intent
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "examples"
@@ -50,7 +50,7 @@ def rackctl(*args: object, cwd: Path | None = None, stdin: int | None = subproce
 
 
 def run_main(capsys, *args: object) -> Result:
-    """Run ``reconciler.cli.main(ARGS)`` in this process and capture what it printed."""
+    """Run ``reconciler.cli.main.main(ARGS)`` in this process and capture what it printed."""
     capsys.readouterr()
     rc = main([str(a) for a in args])
     captured = capsys.readouterr()

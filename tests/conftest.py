@@ -47,7 +47,7 @@ def no_real_state_dir(monkeypatch, tmp_path_factory):
     RACKCTL_STATE_DIR names a throwaway folder, inherited by every rackctl a test starts, and in
     this process root's default and the XDG default point into throwaway folders too, for the
     tests that unset RACKCTL_STATE_DIR to see the defaults at work."""
-    from reconciler import statedir
+    from reconciler.state import statedir
 
     base = tmp_path_factory.mktemp("default-state")
     monkeypatch.setenv("RACKCTL_STATE_DIR", str(base / "env"))

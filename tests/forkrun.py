@@ -1,5 +1,5 @@
 """A fork server for the crash-safety tests: one process imports rackctl once, then runs each
-command in a forked child exactly as ``rackctl ARGS`` would (``reconciler.cli.main``), so that a
+command in a forked child exactly as ``rackctl ARGS`` would (``reconciler.cli.main.main``), so that a
 hundred applies, each killed with SIGKILL somewhere, cost seconds instead of a hundred
 interpreter starts.
 
@@ -88,7 +88,7 @@ def _child(request: dict) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        from reconciler.cli import main
+        from reconciler.cli.main import main
 
         rc = main(request["args"])
     except SystemExit as exc:  # a usage error
@@ -108,7 +108,7 @@ def serve() -> None:
     import contextlib
     import io
 
-    from reconciler.cli import main
+    from reconciler.cli.main import main
 
     for line in sys.stdin:
         request = json.loads(line)

@@ -6,7 +6,7 @@ interpreter) and gives the environment slurmd would: ``env(job, nodelist, node)`
 obey files and variables under ``tmp_path/fake``:
 
 scontrol
-    ``show hostnames LIST`` / ``show hostlistsorted LIST`` through ``reconciler.hostlist`` (which
+    ``show hostnames LIST`` / ``show hostlistsorted LIST`` through ``reconciler.text.hostlist`` (which
     agrees with Slurm 24.11's scontrol); anything else exits 1.
 systemctl
     ``is-active --quiet nvidia-imex.service`` exits 0 when ``fake/service-active`` exists, else 3.
@@ -44,7 +44,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden_imex"
 def load_scenario(name: str) -> dict:
     """``tests/golden_imex/<name>/scenario.yaml`` as render arguments: ``cluster``,
     ``intent_file``, ``nodes`` (ImexNode, in file order) and ``ready_timeout_s``."""
-    from reconciler.planner import ImexNode
+    from reconciler.layout.planner import ImexNode
 
     data = yaml.safe_load((GOLDEN / name / "scenario.yaml").read_text())
     return {"cluster": data["cluster"], "intent_file": data["intentFile"],
@@ -70,7 +70,7 @@ def read_config(path):
 """
 
 _SCONTROL = _PRELUDE + """
-from reconciler import hostlist
+from reconciler.text import hostlist
 args = sys.argv[1:]
 if len(args) == 3 and args[0] == "show" and args[1] == "hostnames":
     print("\\n".join(hostlist.expand(args[2])))

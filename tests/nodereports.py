@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from reconciler import hostlist
+from reconciler.text import hostlist
 
 HEALTHY_MASK = 0x11AA
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"

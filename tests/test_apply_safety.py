@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clihelp import ROOT, assert_one_error, copy_example, rackctl, snapshot
 
-from reconciler.intent import IMEX_SCRIPTS
+from reconciler.intent.model import IMEX_SCRIPTS
 
 EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"  # the example's metadata.name
@@ -228,7 +227,7 @@ def test_written_files_keep_the_owner_of_the_file_they_replace(tmp_path):
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from reconciler.statedir import StateDir
+from reconciler.state.statedir import StateDir
 with StateDir(Path(sys.argv[1]), sys.argv[2]).lock():
     print("locked", flush=True)
     time.sleep(60)
@@ -253,7 +252,7 @@ def test_a_concurrent_apply_is_refused_while_the_lock_is_held(tmp_path):
 
 
 def test_a_lock_whose_holder_wrote_nothing_leaves_nothing(tmp_path):
-    from reconciler.statedir import StateDir
+    from reconciler.state.statedir import StateDir
 
     state = StateDir(tmp_path / "xdg" / "rackctl", CLUSTER)
     with state.lock():
@@ -274,7 +273,7 @@ def test_a_lock_whose_holder_wrote_nothing_leaves_nothing(tmp_path):
 def test_a_lock_folder_removed_as_it_is_taken_is_not_the_lock_any_more(tmp_path, monkeypatch):
     # Its last holder removed the cluster's folder after this process opened it: holding that
     # one would let a third process, which made a fresh folder, run at the same time.
-    from reconciler import statedir
+    from reconciler.state import statedir
 
     state = statedir.StateDir(tmp_path, CLUSTER)
     real_flock, replaced = statedir.fcntl.flock, []

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.atomicfile import atomic_write
-from reconciler.safedir import SafeDir
+from reconciler.guard.atomicfile import atomic_write
+from reconciler.guard.safedir import SafeDir
 
 
 def test_a_link_at_the_file_is_refused_and_its_target_kept(tmp_path):

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 from clihelp import copy_example, run_main, snapshot, write_slurm_conf
-from kubehelp import PREFIX, custom, get_node, hosts_of, node, writes
 from fakeslurm import fake_slurm_bin
+from kubehelp import PREFIX, custom, get_node, hosts_of, node, writes
 
-from reconciler import blastradius
-from reconciler.intent import BlastRadius
-from reconciler.nodestates import NodeRow
+from reconciler.intent.model import BlastRadius
+from reconciler.layout.nodestates import NodeRow
+from reconciler.plan import blastradius
 
 # ---- the measure, alone ------------------------------------------------------------------------
 

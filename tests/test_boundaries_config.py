@@ -22,12 +22,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clihelp import ROOT, copy_example, run_main, snapshot
-from reconciler import statedir, statemigrate
-from reconciler.kubeplan import KubeRecord
-from reconciler.nodestates import HealthHistory
-from reconciler.statedir import StateDir, digest
+
+from reconciler.layout.nodestates import HealthHistory
+from reconciler.state import migrate as statemigrate, statedir
+from reconciler.state.statedir import StateDir, digest
+from reconciler.targets.kubernetes.compare import KubeRecord
 
 EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"  # the example's metadata.name

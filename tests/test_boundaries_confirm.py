@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clihelp import MANAGED, config_dir_for, copy_example, run_main, snapshot
 from kubehelp import example_on, hosts_of, writes
-from reconciler.intent import load_intent
+
+from reconciler.intent.model import load_intent
 
 
 class _Terminal:

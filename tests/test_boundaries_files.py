@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clihelp import GOOD_CAPTURE, ROOT, assert_one_error, copy_example, run_main, snapshot
 
-from reconciler.intent import IMEX_SCRIPTS
-from reconciler.statedir import digest
+from reconciler.intent.model import IMEX_SCRIPTS
+from reconciler.state.statedir import digest
 
 EXAMPLE = "two-racks-whole"
 CLUSTER = "two-racks"
@@ -110,8 +109,8 @@ def test_a_link_at_a_state_record_is_refused_never_read(site, capsys, name, what
 
 def test_a_link_at_the_kubernetes_record_is_refused_both_ways(site):
     from reconciler.errors import TargetError
-    from reconciler.kubeplan import KubeRecord
-    from reconciler.statedir import StateDir
+    from reconciler.state.statedir import StateDir
+    from reconciler.targets.kubernetes.compare import KubeRecord
 
     site.cluster.mkdir(parents=True)
     (site.cluster / "kubernetes.json").symlink_to(site.secret)
@@ -327,7 +326,7 @@ def test_a_config_dir_owned_by_another_user_is_fine_but_not_in_that_users_folder
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from reconciler.statedir import StateDir
+from reconciler.state.statedir import StateDir
 with StateDir(Path(sys.argv[1]), sys.argv[2]).lock():
     print("locked", flush=True)
     sys.stdin.readline()
@@ -504,9 +503,9 @@ def test_a_backup_that_is_a_link_or_damaged_is_refused(site, capsys, tamper):
 
 
 def test_recovery_refuses_to_run_without_the_lock(site, capsys):
-    from reconciler import pipeline
-    from reconciler.statedir import Held, StateDir
-    from reconciler.targets import slurm
+    from reconciler.engine import compute as pipeline
+    from reconciler.state.statedir import Held, StateDir
+    from reconciler.targets.slurm import target as slurm
 
     write_journal(site, interrupted(site, capsys))
     before = snapshot(site.cfg)

@@ -1,6 +1,6 @@
 """Issue 17, class 5: untrusted text. A NodeReport, the running controller or an API server may
 say anything; what they say reaches a terminal, a log, the markdown plan posted as a pull-request
-comment and the HTML report only as inert, capped text (``reconciler.untrusted``). Each test is
+comment and the HTML report only as inert, capped text (``reconciler.guard.untrusted``). Each test is
 the attack: terminal escapes (OSC title, clear screen, CSI colour, a C1 CSI), a bidi override, a
 1 MB string, markdown links, images, HTML, @mentions and code fences."""
 
@@ -10,15 +10,16 @@ import dataclasses
 import json
 from pathlib import Path
 
+import reporthelp
 import yaml
-from markdown_it import MarkdownIt
-
 from clihelp import ROOT, run_main
 from kubehelp import example_on
-from reconciler import report, untrusted
-from reconciler.reconcilecmd import EventLog
+from markdown_it import MarkdownIt
 from reporthelp import Page, evil_fleet
-import reporthelp
+
+from reconciler.cli.reconcile import EventLog
+from reconciler.guard import untrusted
+from reconciler.views import report
 
 #: A fabric status that tries everything at once.
 ATTACK = ("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\x9b1m\u202eevil\u2066 [click](https://evil.example) "
@@ -147,10 +148,10 @@ def test_a_megabyte_status_is_refused_where_it_is_read(tmp_path, capsys, monkeyp
 def test_a_megabyte_message_is_capped_in_every_human_view(tmp_path, monkeypatch):
     # NodeReport fields are bounded where they are read (above); a view still caps what any other
     # source (a controller, an API server, a future reader) puts into a message.
-    from reconciler import pipeline
-    from reconciler.htmlreport import render_html
-    from reconciler.rackview import fleet_view
-    from reconciler.statedir import StateDir
+    from reconciler.engine import compute as pipeline
+    from reconciler.state.statedir import StateDir
+    from reconciler.views.html import render_html
+    from reconciler.views.rackview import fleet_view
 
     intent_path = _fleet(tmp_path, ATTACK, monkeypatch)
     intent = pipeline.load(str(intent_path), inventory=None, config_dir=None)
@@ -264,7 +265,7 @@ def test_a_small_markdown_plan_is_whole(tmp_path, capsys):
 
 
 def test_the_placement_proof_shows_what_sbatch_said_inert():
-    from reconciler import verify
+    from reconciler.engine import verify
 
     row = verify.Row("train", "gb200-train", "slice", "sbatch --test-only -N 9", "fail", "sbatch: " + ATTACK,
                      nodes=("gb-r02-n01\x1b(0\u202e",))

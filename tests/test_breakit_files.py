@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-
 from clihelp import assert_one_error, copy_example, run_main, snapshot
 
-from reconciler.statedir import digest
+from reconciler.state.statedir import digest
 
 EXAMPLE, CLUSTER = "two-racks-whole", "two-racks"
 ATTACKER = 4242  # a co-tenant on the shared volume: not root, not the running user
@@ -87,7 +86,7 @@ def test_a_world_writable_root_prolog_is_not_kept_world_writable(tmp_path, capsy
     """The per-job IMEX Prolog runs as root on every node; a copy that is 0777 before an apply
     (a site's hand-made file, taken over) keeps mode 0777 after it ("mode kept"), so any user can
     replace what root runs. check_private checks the folders, never the managed files."""
-    from reconciler.intent import IMEX_SCRIPTS
+    from reconciler.intent.model import IMEX_SCRIPTS
 
     intent, cfg = site(tmp_path)
     state = tmp_path / "state"

@@ -9,7 +9,6 @@ import sys
 import threading
 
 import pytest
-
 from clihelp import ROOT
 
 TOKEN = "SuperSecretTokenValue123"
@@ -72,7 +71,8 @@ def test_collect_kubernetes_against_an_endless_node_list_ends(tmp_path):
 
 def test_collect_kubernetes_stops_an_endless_node_list_at_the_item_cap(tmp_path, monkeypatch, capsys):
     from clihelp import run_main
-    from reconciler.targets import kubernetes as kube_target
+
+    from reconciler.targets.kubernetes import client as kube_target
 
     server, url = serve(Endless)
     try:
@@ -171,6 +171,7 @@ def test_publishing_a_report_to_a_server_quoting_the_bare_token_never_prints_it(
     remembered, so the 403 quoting the bare token prints it redacted (the HTTP reason too)."""
     import nodereports as nr
     from clihelp import run_main
+
     from reconciler.inventory import nvml
 
     monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None: nr.node(hostname, "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"))
@@ -189,6 +190,7 @@ def test_one_node_annotation_with_a_5000_digit_number_is_refused_for_that_node_o
     plain ValueError (Python's int-string limit), which read_annotation does not catch, and
     `collect kubernetes` stops for the whole fleet with an internal error."""
     from clihelp import run_main
+
     from reconciler.inventory.store import load_inventory
 
     good = json.loads((ROOT / "examples/dc1-gb200/inventory/gb-r01-n02.json").read_text())

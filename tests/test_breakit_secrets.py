@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.targets.configfiles import redact
+from reconciler.targets.slurm.configfiles import redact
 
 
 @pytest.mark.parametrize("line, shown", [

@@ -14,7 +14,7 @@ from clihelp import ROOT
 # instead of stopping the suite; prints what run returned or raised, and the child's PID.
 RUN = """
 import subprocess, sys
-from reconciler import boundedrun
+from reconciler.guard import boundedrun
 try:
     proc = boundedrun.run(["sh", "-c", sys.argv[1]], timeout=3)
     print("returned", proc.returncode, proc.stdout.split()[-1])

@@ -15,12 +15,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from clihelp import EXAMPLES, EXAMPLES_DIR, MANAGED, ROOT, assert_one_error, config_dir_for, rackctl, run_main, snapshot
 
-from reconciler import cli
+from reconciler.cli import main as cli
 from reconciler.inventory.store import load_inventory
-
-from clihelp import (EXAMPLES, EXAMPLES_DIR, MANAGED, ROOT, assert_one_error, config_dir_for, rackctl,
-                     run_main, snapshot)
 
 NODE_REPORT_SCHEMA = json.loads((ROOT / "schemas" / "node-report.schema.json").read_text())
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import nodereports as nr
 import pytest
 import yaml
-
-import nodereports as nr
 from clihelp import ROOT, assert_one_error, run_main
-from reconciler import collectcmd
+
+from reconciler.cli import collect as collectcmd
 from reconciler.errors import RackctlError
 from reconciler.inventory import k8s_reports
 from reconciler.inventory.store import load_inventory
@@ -190,7 +190,8 @@ def test_collect_label_selector_with_from_file_is_refused(tmp_path, capsys):
 
 def test_collect_live_api_lists_the_selected_nodes_page_by_page(kube, monkeypatch, tmp_path, capsys):
     from kubehelp import node
-    from reconciler.targets import kubernetes as kube_target
+
+    from reconciler.targets.kubernetes import client as kube_target
 
     reports = nr.rack("gb-r01-n[01-03]", UUID)
     for report in reports:
@@ -245,6 +246,7 @@ def test_collect_refuses_forged_and_stale_reports_from_the_api_server(kube, monk
     has GFD labels to fall back on. Each refusal is a warning naming the Node and the claimed
     host; every other Node's report is taken."""
     from kubehelp import node
+
     from reconciler.inventory import labels
 
     clique_labels = {labels.CLIQUE_LABEL: f"{UUID}.1", labels.COUNT_LABEL: "4"}

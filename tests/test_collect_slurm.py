@@ -33,7 +33,7 @@ UUID = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 FAKE_SRUN = r'''#!{python}
 import json, os, subprocess, sys
 sys.path.insert(0, {root!r})
-from reconciler import hostlist
+from reconciler.text import hostlist
 args = sys.argv[1:]
 with open(os.environ["FAKE_SRUN_LOG"], "a") as log:
     log.write(json.dumps(args) + "\n")

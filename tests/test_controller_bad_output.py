@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 from clihelp import ROOT, assert_one_error, rackctl, snapshot
+from fakeslurm import fake_slurm_bin
 
 from reconciler.errors import TargetError
-from fakeslurm import fake_slurm_bin
-from reconciler.targets import slurm_controller as sc
+from reconciler.targets.slurm import controller as sc
 
 DATA = ROOT / "tests" / "data" / "slurm-24.11"
 

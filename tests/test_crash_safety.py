@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clihelp import MANAGED, ROOT, copy_example
 from forkrun import KILL_ENV, ForkServer
 from slurmbed import TAKE_OVER
@@ -134,8 +133,8 @@ class Trial:
 
     def rendered(self) -> dict[str, bytes | None]:
         """The files a clean apply of the intent writes now (planned in this process)."""
-        from reconciler import pipeline
-        from reconciler.statedir import StateDir
+        from reconciler.engine import compute as pipeline
+        from reconciler.state.statedir import StateDir
 
         intent = pipeline.load(str(self.intent), inventory=None, config_dir=None)
         run = pipeline.compute(intent, StateDir(self.state, CLUSTER), offline=True)

@@ -1,11 +1,11 @@
-"""reconciler.fabric: NVIDIA's attachment rule, per-tray findings, majority and disagreement."""
+"""reconciler.fabric.model: NVIDIA's attachment rule, per-tray findings, majority and disagreement."""
 
 from __future__ import annotations
 
+import nodereports as nr
 import pytest
 
-import nodereports as nr
-from reconciler.fabric import Finding, build_fabric, is_attached
+from reconciler.fabric.model import Finding, build_fabric, is_attached
 
 U1 = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.fabric import build_fabric, is_attached
+from reconciler.fabric.model import build_fabric, is_attached
 from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 
 CASES = [

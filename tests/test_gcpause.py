@@ -1,4 +1,4 @@
-"""The cyclic garbage collector is paused while a command works (``reconciler.gcpause``): at
+"""The cyclic garbage collector is paused while a command works (``reconciler.engine.gcpause``): at
 2,000 racks its full collections cost a third of a plan, and the data it would walk are acyclic."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 
 import pytest
-
 from clihelp import EXAMPLES_DIR, run_main
-from reconciler import gcpause, pipeline
+
+from reconciler.engine import compute as pipeline, gcpause
 
 
 @pytest.fixture

@@ -38,9 +38,10 @@ import pytest
 import yaml
 from clihelp import EXAMPLES as SLURM_EXAMPLES
 
-from reconciler import __version__, schemas
-from reconciler.cli import main
-from reconciler.intent import IMEX_SCRIPTS
+from reconciler import __version__
+from reconciler.cli.main import main
+from reconciler.intent.model import IMEX_SCRIPTS
+from reconciler.text import schemas
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

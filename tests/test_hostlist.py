@@ -1,4 +1,4 @@
-"""reconciler.hostlist against real scontrol answers (tests/data/hostlist_scontrol_cases.json)."""
+"""reconciler.text.hostlist against real scontrol answers (tests/data/hostlist_scontrol_cases.json)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reconciler.errors import InputError
-from reconciler.hostlist import MAX_HOSTS, MAX_HOSTS_PER_ANSWER, Expander, TooManyHosts, compress, expand, natural_key
+from reconciler.text.hostlist import (MAX_HOSTS, MAX_HOSTS_PER_ANSWER, Expander, TooManyHosts, compress, expand,
+                                      natural_key)
 
 CASES_FILE = Path(__file__).parent / "data" / "hostlist_scontrol_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"]

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from clihelp import ROOT, rackctl
 
-from reconciler.statedir import digest
+from reconciler.state.statedir import digest
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The per-job IMEX scripts as rendered text (``reconciler.render.imex``): golden files, shellcheck,
+"""The per-job IMEX scripts as rendered text (``reconciler.targets.slurm.imex_scripts``): golden files, shellcheck,
 refusal of unsafe values, determinism, and the size a 2,000-rack fleet gives.
 
 Golden layout: ``tests/golden_imex/<scenario>/scenario.yaml`` (the render arguments, with a
@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from imexfakes import GOLDEN, load_scenario
-from reconciler.intent import ImexSettings
-from reconciler.planner import ImexNode
-from reconciler.render.imex import EPILOG, PROLOG, PROLOG_SLURMCTLD, SCRIPTS, render_imex_scripts
+
+from reconciler.intent.model import ImexSettings
+from reconciler.layout.planner import ImexNode
+from reconciler.targets.slurm.imex_scripts import EPILOG, PROLOG, PROLOG_SLURMCTLD, SCRIPTS, render_imex_scripts
 
 UPDATE = os.environ.get("RACKCTL_UPDATE_GOLDEN") == "1"
 SCENARIOS = sorted(p.name for p in GOLDEN.iterdir() if (p / "scenario.yaml").is_file())

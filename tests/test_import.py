@@ -12,14 +12,13 @@ import json
 import shutil
 from pathlib import Path
 
+import nodereports as nr
 import pytest
 import yaml
-
-import nodereports as nr
 from clihelp import EXAMPLES, EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main, write_slurm_conf
 
-from reconciler import hostlist
-from reconciler.intent import load_intent
+from reconciler.intent.model import load_intent
+from reconciler.text import hostlist
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 #: Golden scenarios whose intent applies (expected plan exit code 2): each must round-trip.

@@ -1,4 +1,4 @@
-"""reconciler.intent: validate-time rules (exact messages with file:line) and BlockSizes."""
+"""reconciler.intent.model: validate-time rules (exact messages with file:line) and BlockSizes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import InputError
-from reconciler.intent import Rack, Slicing, block_sizes, load_intent, tier_block_sizes
+from reconciler.intent.model import Rack, Slicing, block_sizes, load_intent, tier_block_sizes
 
 HEAD = """\
 apiVersion: rackctl.dev/v1alpha1

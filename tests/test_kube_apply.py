@@ -9,12 +9,13 @@ import socket
 from pathlib import Path
 
 import yaml
-
 from clihelp import EXAMPLES_DIR, rackctl, run_main
 from fakekube import CRD_DIR, FakeKube
-from kubehelp import (PREFIX, WRITES, custom, dry_runs, example_on, get_node, hosts_of, kubernetes_only_rack_cliques, node,
-                      take_over_flavor_topology, writes)
-from reconciler import schemas
+from kubehelp import (PREFIX, WRITES, custom, dry_runs, example_on, get_node, hosts_of, kubernetes_only_rack_cliques,
+                      node, take_over_flavor_topology, writes)
+
+from reconciler.text import schemas
+
 
 def test_plan_then_apply_then_nothing(kube, cluster, capsys):
     intent, args = cluster

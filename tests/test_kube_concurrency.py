@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pytest
 
 from reconciler.errors import TargetError
-from reconciler.kubesync import patch_nodes
-from reconciler.targets.kubernetes import MAX_IN_FLIGHT
+from reconciler.targets.kubernetes.client import MAX_IN_FLIGHT
+from reconciler.targets.kubernetes.sync import patch_nodes
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ from collections import Counter
 
 import pytest
 import yaml
-
 from clihelp import run_main
 from fakekube.faults import Faults
 from kubehelp import PREFIX, custom, get_node, kubernetes_only_rack_cliques, take_over_flavor_topology, writes
-from reconciler import hostlist
-from reconciler.retry import RetryPolicy
-from reconciler.targets import kubernetes as kube_target
+
+from reconciler.guard.retry import RetryPolicy
+from reconciler.targets.kubernetes import client as kube_target
+from reconciler.text import hostlist
 
 READ_TIMEOUT_S = 1.0
 STALL_S = 2.0  # a timeout fault holds the request longer than rackctl waits for an answer
@@ -332,7 +332,8 @@ def _api_error(status: int, doc: dict | None = None, retry_after: str | None = N
 
 
 def _urllib3_errors():
-    from urllib3.exceptions import MaxRetryError, NameResolutionError, NewConnectionError, ProtocolError, ReadTimeoutError
+    from urllib3.exceptions import (MaxRetryError, NameResolutionError, NewConnectionError, ProtocolError,
+                                    ReadTimeoutError)
 
     return [(ReadTimeoutError(None, "/api/v1/nodes", "Read timed out. (read timeout=1.0)"), "timed out"),
             (MaxRetryError(None, "/", NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "

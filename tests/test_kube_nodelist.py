@@ -1,4 +1,4 @@
-"""The Node list read in a child process (``reconciler.targets.nodelist``), as a fleet-sized plan
+"""The Node list read in a child process (``reconciler.targets.kubernetes.nodelist``), as a fleet-sized plan
 reads it: the same Nodes as the in-process read, its errors and retries carried back as they
 were, a child stopped when the pass no longer wants it, and the plan unchanged."""
 
@@ -13,14 +13,14 @@ import time
 
 import pytest
 import yaml
-
 from clihelp import run_main
 from kubehelp import PREFIX, node
-from reconciler import pipeline
+
+from reconciler.engine import compute as pipeline
 from reconciler.errors import InputError, TargetError
-from reconciler.kubeplan import cordon_annotation
-from reconciler.targets import nodelist
-from reconciler.targets.kubernetes import KubeApi, connect, read_nodes
+from reconciler.targets.kubernetes import nodelist
+from reconciler.targets.kubernetes.client import KubeApi, connect, read_nodes
+from reconciler.targets.kubernetes.compare import cordon_annotation
 
 CORDON = cordon_annotation(PREFIX)
 
@@ -75,7 +75,7 @@ def test_a_child_that_ends_without_an_answer_is_a_clear_error(kube):
     listing = nodelist.start(str(kube.kubeconfig), None, PREFIX, CORDON)
     listing._proc.kill()
     with pytest.raises(TargetError, match=r"list Nodes: the child process listing them "
-                                          r"\(reconciler.targets.nodelist\) ended without an answer "
+                                          r"\(reconciler.targets.kubernetes.nodelist\) ended without an answer "
                                           r"\(killed by signal 9\)"):
         listing.result()
 

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
 from clihelp import EXAMPLES_DIR, run_main
-from reconciler.errors import TargetError
-from reconciler.targets.kubernetes import KubeApi, is_rackctl_label, parse_node, read_live
 from kubehelp import example_on, get_node, node, writes
+
+from reconciler.errors import TargetError
+from reconciler.targets.kubernetes.client import KubeApi, is_rackctl_label, parse_node, read_live
 
 OWNER = {"app.kubernetes.io/managed-by": "rackctl", "rackctl.dev/cluster": "dc1"}
 

@@ -13,15 +13,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from reconciler.fabric import build_fabric
-from reconciler.intent import load_intent
+from reconciler.fabric.model import build_fabric
+from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.kueue import GROUP, KINDS, choose_versions
-from reconciler.planner import History, plan_slurm
-from reconciler.render.kubernetes import label_value, render_kubernetes
+from reconciler.layout.planner import History, plan_slurm
+from reconciler.targets.kubernetes.kueue import GROUP, KINDS, choose_versions
+from reconciler.targets.kubernetes.render import label_value, render_kubernetes
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "dc1-gb200-kubernetes" / "intent.yaml"

@@ -1,4 +1,4 @@
-"""The local comparison of the Kubernetes target (``reconciler.kubeplan``), pure: which fields
+"""The local comparison of the Kubernetes target (``reconciler.targets.kubernetes.compare``), pure: which fields
 count as rackctl's, how a field rackctl stopped setting is found in managedFields, the empty-prune
 guard, and how taints and cordons map onto the drain damping."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from reconciler.intent import load_intent
-from reconciler.kubeplan import KubeRecord, NodePatch, compare, differences, digest
-from reconciler.nodestates import HealthHistory
-from reconciler.planner import Block, DesiredSlurm, NodeState, Partition
-from reconciler.render.kubernetes import DesiredKubernetes
-from reconciler.targets.kubernetes import LiveKubernetes, LiveNode
+from reconciler.intent.model import load_intent
+from reconciler.layout.nodestates import HealthHistory
+from reconciler.layout.planner import Block, DesiredSlurm, NodeState, Partition
+from reconciler.targets.kubernetes.client import LiveKubernetes, LiveNode
+from reconciler.targets.kubernetes.compare import KubeRecord, NodePatch, compare, differences, digest
+from reconciler.targets.kubernetes.render import DesiredKubernetes
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
 P = "rackctl.dev/"

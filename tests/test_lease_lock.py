@@ -1,4 +1,4 @@
-"""The Lease that ``rackctl reconcile --lease`` holds (``reconciler/leaselock.py``): first the
+"""The Lease that ``rackctl reconcile --lease`` holds (``reconciler/engine/leaselock.py``): first the
 Kubernetes behaviour it relies on (contract tests through the real ``kubernetes`` client, as in
 ``test_kube_contract.py``), then acquire, the held-by message, take-over of a lapsed or released
 Lease, 409 races, renewal, a lost Lease and release, against the fake API server over HTTP.
@@ -21,13 +21,13 @@ import time
 
 import kubernetes
 import pytest
+from kubehelp import contract_backend
 from kubernetes.client import ApisApi, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from kubehelp import contract_backend
+from reconciler.engine.leaselock import (DEFAULT_DURATION_S, LeaseHeld, LeaseLock, LeaseRef, holder_identity,
+                                         micro_time, parse_ref, parse_time)
 from reconciler.errors import InputError, TargetError
-from reconciler.leaselock import (DEFAULT_DURATION_S, LeaseHeld, LeaseLock, LeaseRef, holder_identity, micro_time,
-                                  parse_ref, parse_time)
 
 E2E_KUBECONFIG = os.environ.get("RACKCTL_E2E_KUBECONFIG")
 GROUP = "coordination.k8s.io"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from clihelp import EXAMPLES_DIR, rackctl, run_main
 from kubehelp import PREFIX, example_on, writes
 from slurmbed import TAKE_OVER
-from reconciler import schemas
+
+from reconciler.text import schemas
 
 
 def _plan(capsys, *args) -> dict:

@@ -7,13 +7,13 @@ import datetime as dt
 import pytest
 from clihelp import ROOT
 
-from reconciler.controllercheck import _qos_diagnostics
 from reconciler.errors import TargetError
-from reconciler.intent import Damping, load_intent
-from reconciler.nodestates import RESLICE_REASON, HealthHistory, plan_nodes
-from reconciler.planner import NodeState
-from reconciler.statedir import StateDir
-from reconciler.targets.slurm_controller import Controller, NodeInfo
+from reconciler.intent.model import Damping, load_intent
+from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, plan_nodes
+from reconciler.layout.planner import NodeState
+from reconciler.state.statedir import StateDir
+from reconciler.targets.slurm.controller import Controller, NodeInfo
+from reconciler.targets.slurm.controllercheck import _qos_diagnostics
 
 T0 = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
 SLICES = {f"n{i}": "r01" for i in range(1, 5)}

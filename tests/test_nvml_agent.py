@@ -15,7 +15,7 @@ import pytest
 from clihelp import assert_one_error, run_main
 from fakenvml import V2, V3, ZERO, FakeGpu, install, install_no_library
 
-from reconciler.fabric import build_fabric
+from reconciler.fabric.model import build_fabric
 from reconciler.inventory import nvml
 from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.store import check_node

@@ -8,11 +8,10 @@ import shutil
 from contextlib import redirect_stdout
 
 import pytest
-
-from reconciler import schemas
-from reconciler.cli import main
-
 from clihelp import EXAMPLES as SLURM_EXAMPLES, EXAMPLES_DIR
+
+from reconciler.cli.main import main
+from reconciler.text import schemas
 
 EXAMPLES = [EXAMPLES_DIR / name for name in SLURM_EXAMPLES]
 

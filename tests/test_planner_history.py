@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import nodereports as nr
 import pytest
 
-import nodereports as nr
-from reconciler import hostlist
-from reconciler.cli import main
+from reconciler.cli.main import main
 from reconciler.diagnostics import SEVERITIES
-from reconciler.plan import ACTIONS, CAUSES, FORMAT_VERSION
-from reconciler.targets.slurm import parse_blocks
+from reconciler.plan.model import ACTIONS, CAUSES, FORMAT_VERSION
+from reconciler.targets.slurm.target import parse_blocks
+from reconciler.text import hostlist
 
 UUIDS = {
     "r01": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",

@@ -1,4 +1,4 @@
-"""reconciler.planner on its own (pure: intent x fabric x history -> desired Slurm state).
+"""reconciler.layout.planner on its own (pure: intent x fabric x history -> desired Slurm state).
 
 The rules of the degraded-rack section and the rack matching that the golden scenarios do not
 pin down one by one: drainOn, the minHealthyShare boundary, selectors that collide, trays that
@@ -10,12 +10,12 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import nodereports as nr
 import pytest
 
-import nodereports as nr
-from reconciler.fabric import build_fabric
-from reconciler.intent import load_intent
-from reconciler.planner import History, plan_slurm
+from reconciler.fabric.model import build_fabric
+from reconciler.intent.model import load_intent
+from reconciler.layout.planner import History, plan_slurm
 
 U1 = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"

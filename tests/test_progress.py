@@ -15,13 +15,14 @@ import sys
 import termios
 from types import SimpleNamespace
 
-import pytest
-
 import nodereports as nr
+import pytest
 from clihelp import EXAMPLES_DIR, ROOT, rackctl, run_main
-from reconciler import kubesync, progress
+
 from reconciler.inventory.store import load_inventory, write_inventory
-from reconciler.kubeplan import KubeComparison
+from reconciler.targets.kubernetes import sync as kubesync
+from reconciler.targets.kubernetes.compare import KubeComparison
+from reconciler.views import progress
 
 UUID = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 INTENT = EXAMPLES_DIR / "dc1-gb200" / "intent.yaml"

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
 from clihelp import MANAGED, ROOT, assert_one_error, copy_example, rackctl, run_main, snapshot
 from kubehelp import get_node, kubernetes_only_rack_cliques
-from reconciler.leaselock import micro_time, parse_time
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler.engine.leaselock import micro_time, parse_time
 
 CLUSTER = "dc1-gb200"  # the example's metadata.name
 LEASE = ("rackctl", "rackctl-reconcile")
@@ -315,7 +315,8 @@ def seed_lease(kube, holder: str, renewed_s_ago: float, transitions: int = 0) ->
 
 
 def test_a_lease_renewal_that_fails_is_logged_and_noted_in_the_record(tmp_path, kube, capsys, monkeypatch):
-    from reconciler import leaselock, reconcilecmd
+    from reconciler.cli import reconcile as reconcilecmd
+    from reconciler.engine import leaselock
     from reconciler.errors import TargetError
 
     class Flaky(leaselock.LeaseLock):
@@ -560,15 +561,15 @@ def test_a_missing_intent_is_one_clear_error_and_records_nothing(tmp_path):
 
 def parsed(argv: list[str]):
     """``argv`` (without the program name) as rackctl's command line parses it."""
-    from reconciler.cli import _parser
+    from reconciler.cli.main import _parser
 
     return _parser().parse_args(argv)
 
 
 def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
-    from reconciler.intent import load_intent
-    from reconciler.leaselock import parse_ref
-    from reconciler.reconcilecmd import cmd_reconcile
+    from reconciler.cli.reconcile import cmd_reconcile
+    from reconciler.engine.leaselock import parse_ref
+    from reconciler.intent.model import load_intent
 
     docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples/reconcile/cronjob.yaml").read_text())}
     rbac = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples/kubernetes/reconciler-rbac.yaml").read_text())}
@@ -613,7 +614,7 @@ def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
 def test_the_cron_and_systemd_examples_run_one_pass():
     import shlex
 
-    from reconciler.reconcilecmd import cmd_reconcile
+    from reconciler.cli.reconcile import cmd_reconcile
 
     folder = ROOT / "examples/reconcile"
     entry = [line for line in (folder / "rackctl-reconcile.cron").read_text().splitlines()

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from clihelp import EXAMPLES_DIR
-from reconciler import hostlist
-from reconciler.intent import SlurmPartition, load_intent
-from reconciler.planner import Block, DesiredSlurm, Partition, Topology
-from reconciler.render.slurm import partition_options, render_slurm
-from reconciler.targets.slurm import parse_blocks, parse_partitions
+from hypothesis import given, settings, strategies as st
+
+from reconciler.intent.model import SlurmPartition, load_intent
+from reconciler.layout.planner import Block, DesiredSlurm, Partition, Topology
+from reconciler.targets.slurm.render import partition_options, render_slurm
+from reconciler.targets.slurm.target import parse_blocks, parse_partitions
+from reconciler.text import hostlist
 
 INTENT = load_intent(str(EXAMPLES_DIR / "two-racks-whole" / "intent.yaml"))
 NAME = st.from_regex(r"[a-z][a-z0-9_-]{0,11}", fullmatch=True)

@@ -12,20 +12,19 @@ import sys
 
 import pytest
 import urllib3
-
 from clihelp import rackctl, run_main
 from kubehelp import example_intent
-from reconciler import boundedrun, deadline, httpguard
-from reconciler.errors import InputError, TargetError
-from reconciler.inventory import k8s_reports, store
-from reconciler.leaselock import LeaseLock, LeaseRef
-from reconciler.retry import RetryPolicy
-from reconciler.statedir import StateDir
-from reconciler.targets import kubernetes as kube_target
-from reconciler.targets import nodelist
-from reconciler.targets import slurm_controller
-from reconciler.targets.kubernetes import KubeApi, connect
 from slowserver import SlowServer, answer, kubeconfig
+
+from reconciler.engine.leaselock import LeaseLock, LeaseRef
+from reconciler.errors import InputError, TargetError
+from reconciler.guard import boundedrun, deadline, httpguard
+from reconciler.guard.retry import RetryPolicy
+from reconciler.inventory import k8s_reports, store
+from reconciler.state.statedir import StateDir
+from reconciler.targets.kubernetes import client as kube_target, nodelist
+from reconciler.targets.kubernetes.client import KubeApi, connect
+from reconciler.targets.slurm import controller as slurm_controller
 
 NODE_LIST = json.dumps({"kind": "NodeList", "items": [{"metadata": {"name": "n1"}}], "metadata": {}}).encode()
 HINT = "  hint: the API server or the network to it is too slow; check its health (`kubectl get --raw /readyz`)\n"

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from clihelp import MANAGED, assert_one_error, config_dir_for, copy_example, rackctl, run_main, snapshot
 from kubehelp import PREFIX, writes
-from reconciler import __version__
-from reconciler.yamlsource import display_path
 from test_controller_bad_output import DATA, _fake_slurm
+
+from reconciler import __version__
+from reconciler.text.yamlsource import display_path
 
 EXAMPLE = "two-racks-whole"
 STALE = "is stale: "

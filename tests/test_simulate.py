@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from reconciler import schemas
-from reconciler.cli import main
+from reconciler.cli.main import main
 from reconciler.errors import InputError
-from reconciler.simulate import SimSpec, simulate
+from reconciler.inventory.simulate import SimSpec, simulate
+from reconciler.text import schemas
 
 
 def _fabric_states(nodes):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import TargetError
-from reconciler.targets import slurm_controller as sc
+from reconciler.targets.slurm import controller as sc
 
 DATA = Path(__file__).parent / "data" / "slurm-24.11"
 

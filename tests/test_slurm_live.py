@@ -12,7 +12,7 @@ import pytest
 from clihelp import ROOT, rackctl
 from slurmbed import TAKE_OVER
 
-from reconciler import hostlist
+from reconciler.text import hostlist
 
 EXAMPLES = ROOT / "examples"
 

@@ -10,17 +10,16 @@ import shutil
 from pathlib import Path
 
 import yaml
-
-from reconciler import pipeline
-from reconciler.controllercheck import ControllerView
-from reconciler.htmlreport import COMPACT_RACKS, render_html
-from reconciler.rackview import fleet_view
-from reconciler.statedir import StateDir
-
 from clihelp import EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main
 from kubehelp import example_on, node
 from reporthelp import EVIL, Page, evil_fleet
 from slurmbed import TAKE_OVER
+
+from reconciler.engine import compute as pipeline
+from reconciler.state.statedir import StateDir
+from reconciler.targets.slurm.controllercheck import ControllerView
+from reconciler.views.html import COMPACT_RACKS, render_html
+from reconciler.views.rackview import fleet_view
 
 
 def intent_of(example: str) -> Path:

@@ -12,16 +12,16 @@ import json
 import shutil
 from pathlib import Path
 
+import nodereports as nr
 import pytest
 import yaml
-
-import nodereports as nr
 from clihelp import rackctl, run_main
-from reconciler import hostlist
-from reconciler.fabric import build_fabric
-from reconciler.intent import load_intent
-from reconciler.planner import History, plan_slurm
-from reconciler.targets.slurm import parse_blocks, parse_partitions, parse_topologies
+
+from reconciler.fabric.model import build_fabric
+from reconciler.intent.model import load_intent
+from reconciler.layout.planner import History, plan_slurm
+from reconciler.targets.slurm.target import parse_blocks, parse_partitions, parse_topologies
+from reconciler.text import hostlist
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "yaml-two-tiers-rack-removed"
 MAN_EXAMPLES = ("topology.yaml.example-25.05.yaml", "topology.yaml.example-master-26.11.yaml")

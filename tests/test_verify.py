@@ -1,4 +1,4 @@
-"""The placement proof's pure parts (``reconciler/verify.py``): sbatch's answer as measured on
+"""The placement proof's pure parts (``reconciler/engine/verify.py``): sbatch's answer as measured on
 slurmctld 24.11.5, the checks on each answer, and the probe sequence against a scripted
 scheduler. The same proof against the real controller is in ``test_verify_slurm.py``."""
 
@@ -9,14 +9,15 @@ import re
 import shutil
 
 import pytest
-
 from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
-from reconciler import hostlist, verify
-from reconciler.fabric import build_fabric
-from reconciler.intent import load_intent
+
+from reconciler.engine import verify
+from reconciler.fabric.model import build_fabric
+from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.planner import History, plan_slurm
-from reconciler.targets.slurm_controller import NodeInfo
+from reconciler.layout.planner import History, plan_slurm
+from reconciler.targets.slurm.controller import NodeInfo
+from reconciler.text import hostlist
 
 # Measured with the test bed (slurmctld 24.11.5): placement and refusal, both on stderr.
 PLACED = ("sbatch: Job 3 to start at 2026-11-30T07:52:55 using 1296 processors on nodes gb-r03-n[10-18] "

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
 from slurmbed import TAKE_OVER
-from reconciler import hostlist
+
+from reconciler.text import hostlist
 
 
 def R(text: str) -> list[str]:

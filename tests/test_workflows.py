@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import schemas
+from reconciler.text import schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + sorted((ROOT / "examples" / "gitops").glob("*.yml"))

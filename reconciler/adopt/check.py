@@ -15,17 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hostlist
-from ..diagnostics import ERROR, INFO, WARNING, Diagnostic
-from ..errors import InputError
-from ..fabric import Fabric
-from ..intent import Intent, load_intent
-from ..planner import DesiredSlurm, plan_slurm
-from ..render.slurm import partition_options, render_slurm
-from ..targets import slurm as slurm_target
-from .draft import Draft
-from .live import HEADER, LiveConfig
-from .yamltext import Paths, intent_text
+from reconciler.adopt.draft import Draft
+from reconciler.adopt.live import HEADER, LiveConfig
+from reconciler.adopt.yamltext import Paths, intent_text
+from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
+from reconciler.errors import InputError
+from reconciler.fabric.model import Fabric
+from reconciler.intent.model import Intent, load_intent
+from reconciler.layout.planner import DesiredSlurm, plan_slurm
+from reconciler.targets.slurm import target as slurm_target
+from reconciler.targets.slurm.render import partition_options, render_slurm
+from reconciler.text import hostlist
 
 SPANS = ("slice", "rack", "cluster")
 #: Most names one finding lists before "and N more".

@@ -8,13 +8,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import schemas
-from ..diagnostics import Diagnostic
-from ..errors import InputError
-from ..fabric import Fabric
-from .live import LiveConfig
-from .racks import RackDraft, racks
-from .tiers import TierDraft, imex, tiers
+from reconciler.adopt.live import LiveConfig
+from reconciler.adopt.racks import RackDraft, racks
+from reconciler.adopt.tiers import TierDraft, imex, tiers
+from reconciler.diagnostics import Diagnostic
+from reconciler.errors import InputError
+from reconciler.fabric.model import Fabric
+from reconciler.text import schemas
 
 _CLUSTER = re.compile(schemas.validator("intent").schema["properties"]["metadata"]["properties"]["name"]["pattern"])
 

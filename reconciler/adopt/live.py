@@ -18,13 +18,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import hostlist, slurmconf
-from ..diagnostics import WARNING, Diagnostic
-from ..errors import InputError, RackctlError
-from ..intent import IMEX_SCRIPTS, SlurmTarget
-from ..targets import slurm as slurm_target
-from ..targets.slurm import LiveSlurm, PartitionLine
-from ..yamlsource import display_path, load_yaml_text
+from reconciler.diagnostics import WARNING, Diagnostic
+from reconciler.errors import InputError, RackctlError
+from reconciler.intent.model import IMEX_SCRIPTS, SlurmTarget
+from reconciler.targets.slurm import slurmconf, target as slurm_target
+from reconciler.targets.slurm.target import LiveSlurm, PartitionLine
+from reconciler.text import hostlist
+from reconciler.text.yamlsource import display_path, load_yaml_text
 
 #: The first line of every file rackctl renders (render/templates): its name, cluster and intent.
 HEADER = re.compile(r"# (?P<file>\S+) for cluster (?P<cluster>\S+): written by rackctl from intent (?P<intent>.+)\.")

@@ -24,12 +24,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .. import hostlist, schemas
-from ..diagnostics import INFO, WARNING, Diagnostic
-from ..errors import InputError
-from ..fabric import Fabric
-from ..planner import rack_of_block
-from .live import LiveBlock, LiveConfig
+from reconciler.adopt.live import LiveBlock, LiveConfig
+from reconciler.diagnostics import INFO, WARNING, Diagnostic
+from reconciler.errors import InputError
+from reconciler.fabric.model import Fabric
+from reconciler.layout.planner import rack_of_block
+from reconciler.text import hostlist, schemas
 
 _NAME = re.compile(schemas.validator("intent").schema["properties"]["racks"]["items"]["properties"]["name"]["pattern"])
 _CLIQUE_SUFFIX = re.compile(r"c(0|[1-9][0-9]{0,9})")

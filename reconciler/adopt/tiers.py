@@ -17,14 +17,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import hostlist, schemas
-from ..diagnostics import INFO, WARNING, Diagnostic
-from ..errors import RackctlError
-from ..fabric import Fabric
-from ..intent import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
-from ..targets.slurm import PartitionLine
-from .live import LiveConfig
-from .racks import RackDraft
+from reconciler.adopt.live import LiveConfig
+from reconciler.adopt.racks import RackDraft
+from reconciler.diagnostics import INFO, WARNING, Diagnostic
+from reconciler.errors import RackctlError
+from reconciler.fabric.model import Fabric
+from reconciler.intent.model import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
+from reconciler.targets.slurm.target import PartitionLine
+from reconciler.text import hostlist, schemas
 
 _TIER = schemas.validator("intent").schema["properties"]["tiers"]["items"]["properties"]
 _TIER_NAME = re.compile(_TIER["name"]["pattern"])

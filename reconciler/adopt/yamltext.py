@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import Diagnostic
-from .draft import Draft
+from reconciler.adopt.draft import Draft
+from reconciler.diagnostics import Diagnostic
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 _YAML_WORDS = ("true", "false", "yes", "no", "on", "off", "null", "y", "n")

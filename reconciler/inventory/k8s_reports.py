@@ -34,9 +34,9 @@ import socket
 import sys
 from typing import Any, Callable, Iterable
 
-from .. import httpguard, redact
-from ..errors import InputError, RackctlError
-from .store import check_node
+from reconciler.errors import InputError, RackctlError
+from reconciler.guard import httpguard, redact
+from reconciler.inventory.store import check_node
 
 ANNOTATION = "rackctl.dev/node-report"
 #: Kubernetes' limit on the total size of one object's annotations (keys + values).

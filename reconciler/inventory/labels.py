@@ -49,9 +49,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..yamlsource import display_path, load_yaml_text, read_text
-from .store import check_node
+from reconciler.errors import InputError
+from reconciler.inventory.store import check_node
+from reconciler.text.yamlsource import display_path, load_yaml_text, read_text
 
 SOURCE = "kubernetes-labels"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"

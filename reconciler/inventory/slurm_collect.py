@@ -59,9 +59,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .. import boundedrun, hostlist
-from ..errors import InputError, RackctlError
-from .store import MAX_INVENTORY_BYTES, check_node
+from reconciler.errors import InputError, RackctlError
+from reconciler.guard import boundedrun
+from reconciler.inventory.store import MAX_INVENTORY_BYTES, check_node
+from reconciler.text import hostlist
 
 MARKER = "rackctl-node: "
 # srun's label: the task number right-aligned with spaces, a colon and a space (ASCII digits

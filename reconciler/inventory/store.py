@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import hostlist, schemas
-from ..atomicfile import atomic_write, out_folder
-from ..errors import InputError
-from ..yamlsource import display_path, read_text
+from reconciler.errors import InputError
+from reconciler.guard.atomicfile import atomic_write, out_folder
+from reconciler.text import hostlist, schemas
+from reconciler.text.yamlsource import display_path, read_text
 
 SCHEMA_VERSION = 1
 #: Largest inventory file read (bytes): 2,000 NVL72 racks (36,000 NodeReports) take 95 MB.

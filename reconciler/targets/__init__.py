@@ -1,1 +1,1 @@
-"""Scheduler targets. Each reads its live state and applies the desired state; see ``slurm``."""
+"""The schedulers rackctl renders to: each one reads its live state, diffs and applies."""

@@ -1,0 +1,1 @@
+"""The command line: arguments parsed, the engine called, exit codes."""

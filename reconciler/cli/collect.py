@@ -1,0 +1,242 @@
+"""The fan-out commands of the CLI: ``rackctl collect slurm|kubernetes`` and ``rackctl inventory --from-nodes``.
+
+Kept beside ``cli.py`` (which registers them) so that the command table stays short. Each
+command is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from reconciler.errors import InputError, RackctlError, TargetError
+from reconciler.guard import deadline, outputs
+from reconciler.guard.untrusted import shown
+from reconciler.inventory import k8s_reports, labels, slurm_collect
+from reconciler.inventory.store import write_inventory
+from reconciler.text import hostlist
+from reconciler.views import progress
+
+COLLECT_SLURM_HELP = """\
+Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
+A task speaks for the node srun says it ran on (srun --verbose) and for no other: one whose
+output names another node, or that srun names no node for, is refused and listed as a failure.
+A progress bar of the reports received (on a terminal; --no-progress hides it) and a summary of
+per-node failures go to standard error.
+
+exit codes:
+  0  every node reported; or some did and the others are listed in a warning (their reports are
+     missing from the inventory written)
+  1  no node reported (nothing written), srun not on PATH, or bad arguments
+"""
+
+
+COLLECT_K8S_HELP = f"""\
+Reads the NodeReports that `rackctl discover --publish-annotation` (the agent DaemonSet,
+examples/kubernetes/discover-daemonset.yaml) put on each Node as annotation
+{k8s_reports.ANNOTATION}, and writes them. A report is taken only from the Node it names (its
+hostname is the Node's name); one naming another host is refused for that Node, with a warning.
+A Node without a (valid) report falls back to its labels (nvidia.com/gpu.clique, as
+`inventory --from-nodes`) when it has that label, else it is listed as missing. Uses the
+in-cluster config, else KUBECONFIG.
+
+exit codes:
+  0  every node reported; or some did and the others are listed in a warning
+  1  no node reported (nothing written), no Kubernetes access, or bad arguments
+"""
+
+
+def add_collect_parser(sub, make_sub) -> None:
+    """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
+    engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")
+    s = engines.add_parser("slurm", help="through srun, one task per node", description=COLLECT_SLURM_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--nodelist", metavar="HOSTLIST", help="Slurm host list of the nodes (e.g. gb-r01-n[01-18]); "
+                   "default: the responding nodes of --partition (sinfo)")
+    s.add_argument("--partition", metavar="P", help="partition to run the srun step in")
+    out = s.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    s.add_argument("--timeout", type=float, metavar="S", help="stop srun after S seconds (the nodes that "
+                   "have not reported by then are listed as failed); default: %g" % slurm_collect.DEFAULT_TIMEOUT_S)
+    s.add_argument("--agent", default="rackctl", metavar="CMD",
+                   help="the rackctl executable on the nodes (default %(default)s)")
+    s.set_defaults(func=cmd_collect_slurm)
+    k = engines.add_parser("kubernetes", help="read the reports the agent DaemonSet published on the Nodes",
+                           description=COLLECT_K8S_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    k.add_argument("--label-selector", metavar="SEL", help="only the Nodes matching SEL (as kubectl -l)")
+    k.add_argument("--from-file", metavar="NODES", help="read a recorded NodeList (`kubectl get nodes -o "
+                   "yaml|json`) instead of the API")
+    out = k.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    k.add_argument("--timeout", metavar="DURATION", type=deadline.timeout_arg, default=deadline.DEFAULT_TIMEOUT,
+                   help="the deadline of listing the Nodes (90s, 10m, 1h; default %(default)s): a list still "
+                   "running when it passes fails with nothing written (exit 1)")
+    k.set_defaults(func=cmd_collect_kubernetes)
+
+
+def cmd_collect_slurm(args: argparse.Namespace) -> int:
+    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--nodelist", args.nodelist)):
+        if value == "":
+            raise InputError("an empty value", field=flag)
+    if args.timeout is not None and not args.timeout > 0:
+        raise InputError(f"{args.timeout}; expected a positive number of seconds", field="--timeout")
+    check_outputs(args)
+    if args.nodelist is not None:
+        nodes = sorted(set(hostlist.expand(args.nodelist, field="--nodelist")), key=hostlist.natural_key)
+    elif args.partition:
+        nodes = slurm_collect.partition_nodes(args.partition)
+    else:
+        raise InputError("say which nodes: --nodelist HOSTLIST and/or --partition P", field="--nodelist")
+    slurm_collect.require_srun()
+    print(f"collecting from {len(nodes)} node(s) with srun...", file=sys.stderr)
+    with progress.bar("collecting NodeReports") as bar:
+        result = slurm_collect.collect(nodes, partition=args.partition, timeout=args.timeout, agent=args.agent,
+                                       on_progress=bar.callback)
+    failed = slurm_collect.summary(result)
+    if not result.nodes:
+        why = f"srun exit {result.srun_exit}: {result.srun_stderr}" if result.srun_exit else "see the list below"
+        raise RackctlError(f"no node reported ({why}); nothing written\n" + "\n".join(failed[:50]) +
+                           (f"\n  ... and {len(failed) - 50} more" if len(failed) > 50 else ""))
+    written = write_reports(result.nodes, args)
+    print(f"wrote {len(result.nodes)} NodeReport(s) of {len(nodes)} node(s) to {len(written)} file(s)",
+          file=sys.stderr)
+    if failed:
+        print(f"warning: {len(failed)} node(s) did not report "
+              f"({hostlist.compress(_hosts(result.failures))}):", file=sys.stderr)
+        print("\n".join(map(shown, failed)), file=sys.stderr)  # srun's and the agents' words, inert
+    return 0
+
+
+def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
+    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--from-file", args.from_file),
+                        ("--label-selector", args.label_selector)):
+        if value == "":
+            raise InputError("an empty value", field=flag)
+    check_outputs(args)
+    if args.from_file is not None:
+        if args.label_selector is not None:
+            raise InputError("filters the live Node list only; record a filtered list with `kubectl get nodes "
+                             "-l SEL -o yaml`", field="--label-selector")
+        objects, name = labels.load_node_objects(Path(args.from_file))
+    else:
+        objects, name = list_live_nodes(args.label_selector, args.timeout), "<kubernetes API>"
+        objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
+    nodes, missing, notes, warnings = [], [], [], []
+    seen: dict[str, str] = {}
+    with progress.bar("reading Node reports") as bar:
+        for done, obj in enumerate(objects):
+            if bar.callback is not None:
+                bar.callback(done, len(objects))
+            node = obj["metadata"]["name"]
+            report, problem = k8s_reports.read_annotation(obj)
+            if report is None and labels.CLIQUE_LABEL in (obj["metadata"].get("labels") or {}):
+                try:
+                    report = labels.node_report(obj, file=name, notes=notes)
+                    # a report that is there but refused is the agent's failure (or a forgery): a warning
+                    (warnings if k8s_reports.carries_report(obj) else notes).append(
+                        f"{problem}; used its labels instead (source {labels.SOURCE})")
+                except InputError as exc:
+                    problem = f"{problem}; its labels are unusable too: {exc}"
+            if report is not None and report["hostname"] in seen:
+                report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by " \
+                                        f"node {seen[report['hostname']]}"
+            if report is None:
+                missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
+                missing[-1] = f"  {node}: {missing[-1]}"
+                continue
+            seen[report["hostname"]] = node
+            nodes.append(report)
+    for note in notes:
+        print(shown(f"note: {note}"), file=sys.stderr)
+    for warning in warnings:
+        print(shown(f"warning: {warning}"), file=sys.stderr)
+    if not nodes:
+        more = [f"  ... and {len(missing) - 50} more"] if len(missing) > 50 else []
+        raise RackctlError("\n".join([f"no node reported ({len(objects)} Node(s) listed); nothing written",
+                                      *missing[:50], *more]))
+    written = write_reports(nodes, args)
+    print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
+    if missing:
+        print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
+        print("\n".join(map(shown, missing)), file=sys.stderr)
+    return 0
+
+
+def connect() -> Any:
+    """An ``ApiClient`` as the Kubernetes target makes one (``targets.kubernetes.connect``: the
+    in-cluster config, else KUBECONFIG; credentials remembered for ``redact``; ``httpguard``'s
+    bounds), making one attempt per request. Raises ``TargetError``."""
+    from reconciler.targets.kubernetes import client as kube
+
+    try:
+        return kube.connect(client_retries=False)
+    except TargetError as exc:
+        raise TargetError(exc.message, hint="set KUBECONFIG, run in a pod with a ServiceAccount, or use --from-file "
+                                            "with `kubectl get nodes -o yaml`") from None
+
+
+def node_api() -> Any:
+    """A ``CoreV1Api`` over ``connect()`` (``discover --publish-annotation`` patches its Node
+    with it). Raises ``TargetError``."""
+    from kubernetes import client
+
+    return client.CoreV1Api(connect())
+
+
+def list_live_nodes(selector: str | None, timeout_s: float) -> list[dict[str, Any]]:
+    """Every Node (matching label selector ``selector``) as API JSON, through the Kubernetes
+    target's bounded list (``KubeApi.list_nodes``: at most ``MAX_LIST_ITEMS`` Nodes, transient
+    failures retried, each request within its deadline, answers checked for shape), all within
+    ``timeout_s`` seconds. Raises ``TargetError``, e.g. past the deadline."""
+    from reconciler.targets.kubernetes import client as kube
+
+    with deadline.running(timeout_s):
+        api = kube.KubeApi(connect())
+        try:
+            return list(api.list_nodes(selector))
+        except TargetError as exc:
+            if ": HTTP 403 from " not in exc.message:  # KubeApi's hint names the reconciler's RBAC
+                raise
+            raise TargetError(exc.message, hint="the collector needs list on nodes (ClusterRole "
+                                                "rackctl-collector)") from None
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Check ``--out FILE`` / ``--out-dir DIR`` of a command that writes an inventory, before any
+    work (``outputs.check_out_file``/``check_out_dir``). Raises ``InputError`` or ``OSError``."""
+    outputs.check_out_file(args.out, hint="--out names one inventory file; for one file per host use --out-dir DIR")
+    outputs.check_out_dir(args.out_dir)
+
+
+def write_reports(nodes: list[dict], args: argparse.Namespace) -> list[Path]:
+    """``store.write_inventory`` to ``args.out_dir`` or ``args.out``, with a progress bar for a
+    folder. Returns the paths written; raises ``OSError``."""
+    with progress.bar("writing NodeReports") as bar:
+        return write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
+                               out_file=Path(args.out) if args.out is not None else None, on_progress=bar.callback)
+
+
+def _hosts(failures: dict[str, str]) -> list[str]:
+    return [h for h in failures if not h.startswith("task ")]
+
+
+def inventory_from_nodes(args: argparse.Namespace) -> int:
+    """``rackctl inventory --from-nodes FILE``: Kubernetes Node objects -> NodeReports."""
+    if args.captures or args.hostname:
+        raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
+                         field="--from-nodes")
+    objects, name = labels.load_node_objects(Path(args.from_nodes))
+    nodes, notes = labels.reports_from_nodes(objects, file=name)
+    if not nodes:
+        raise InputError("no Node with GPUs (nvidia.com/gpu.count, nvidia.com/gpu.clique, Topograph domain "
+                         "or nvidia.com/gpu capacity); nothing written", file=name)
+    for note in notes:
+        print(shown(f"note: {note}"), file=sys.stderr)
+    written = write_reports(nodes, args)
+    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return 0

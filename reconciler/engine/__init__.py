@@ -1,0 +1,1 @@
+"""One run end to end: compute a plan, apply it, reconcile periodically."""

@@ -1,0 +1,1 @@
+"""The discovered NVLink fabric: domains, cliques, trays and their findings."""

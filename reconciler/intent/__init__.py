@@ -1,0 +1,1 @@
+"""The user's declared intent: the ClusterIntent model, loaded and validated."""

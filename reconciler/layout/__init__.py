@@ -1,0 +1,1 @@
+"""Intent x Fabric x History -> the neutral layout every target renders from."""

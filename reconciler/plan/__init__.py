@@ -1,0 +1,1 @@
+"""The plan: what would change, why, and what it was made from."""

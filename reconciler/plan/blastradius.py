@@ -1,0 +1,156 @@
+"""Blast radius: how much of the fleet one plan takes away, judged against ``policy.blastRadius``.
+
+Pure: no I/O. A failed discovery rarely looks like a failure: an inventory that lost half its
+NodeReports, a fabric manager outage that makes every tray report an unattached fabric, or an
+intent edit that dropped racks all give a plan that is valid and large. So a plan is measured,
+per target, by what it takes away:
+
+- **removed** (``maxRemovedShare``): trays of the live Slurm topology file that no desired
+  block holds any more (a tray that stops reporting stays in its block, so these come from the
+  intent: racks or slices dropped), and Nodes that lose every rackctl label (a Kubernetes-only
+  intent keeps no applied blocks, so its slices are cut from what discovery reports now), each
+  as a share of what is there now (a first apply, with nothing live, removes nothing);
+- **drained** (``maxDrainedShare``): when the plan drains, taints or cordons trays (actions, so
+  only when the controller or API server was read and damping let them through), the trays
+  rackctl would then hold out of service, those it holds already included, as a share of the
+  placed trays (on Kubernetes, of those that are Nodes). Counting what is already held stops an
+  outage that grows a little per pass; a plan that drains nothing new is never refused, so
+  trays already drained never block other changes.
+
+Above a limit the plan gets an error diagnostic ``blast-radius`` (``plan`` exits 1, ``apply``
+refuses, writing nothing), or a warning with ``--allow-destructive``. A share exactly at the
+limit passes. Kubernetes label removal when the desired Kubernetes state is empty altogether is
+left to the ``kubernetes-empty-prune`` guard (``--prune-empty`` is the consent for that case).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from reconciler.diagnostics import ERROR, WARNING, Diagnostic
+from reconciler.intent.model import BlastRadius, Intent
+from reconciler.layout.nodestates import NodeRow
+from reconciler.text import hostlist
+
+if TYPE_CHECKING:  # kubesync imports the plan model; only its type is needed here
+    from reconciler.targets.kubernetes.sync import KubePass
+
+CODE = "blast-radius"
+REMOVED, DRAINED = "maxRemovedShare", "maxDrainedShare"
+#: How many characters of a host list a message quotes (a fleet's list runs to kilobytes).
+MAX_HOSTS_SHOWN = 160
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What one plan does to one target's trays. ``limit``: the ``policy.blastRadius`` key that
+    bounds it (``REMOVED`` | ``DRAINED``); ``what``: the sentence that says it, with ``{hosts}``
+    where the host list goes; ``count`` of ``total`` trays is the share judged; ``hosts``: the
+    trays this plan removes or newly drains (none: nothing to judge); ``held``: drains only, the
+    trays among ``count`` that rackctl held out of service already."""
+
+    limit: str
+    what: str
+    count: int
+    total: int
+    hosts: tuple[str, ...]
+    held: int = 0
+
+    @property
+    def share(self) -> float:
+        """``count / total`` (0.0 when ``total`` is 0)."""
+        return self.count / self.total if self.total else 0.0
+
+
+def removed_from_topology(live_blocks: list[tuple[str, tuple[str, ...]]], placed: set[str]) -> Measure:
+    """Trays of the live Slurm topology (``live_blocks``: ``(block, nodes)`` in file order, as
+    ``targets.slurm.parse_blocks`` reads them) that no desired block holds (``placed``)."""
+    live = {h for _, nodes in live_blocks for h in nodes}
+    gone = tuple(sorted(live - placed, key=hostlist.natural_key))
+    return Measure(REMOVED, f"removes {len(gone):,} of {len(live):,} trays ({_pct(len(gone), len(live))}) from "
+                   "the live Slurm topology: {hosts}", len(gone), len(live), gone)
+
+
+def unlabelled(kpass: KubePass) -> Measure | None:
+    """Nodes whose every rackctl label the plan removes, of the Nodes that carry this intent's
+    labels now; None when the API server was not read, or when the desired Kubernetes state is
+    empty altogether (the ``kubernetes-empty-prune`` guard's case)."""
+    cmp, live, desired = kpass.comparison, kpass.live, kpass.desired
+    if cmp is None or live is None or (not desired.objects and not desired.node_labels):
+        return None
+    cluster_key = f"{desired.label_prefix}cluster"
+    ours = desired.owner_labels.get(cluster_key)
+    labelled = {n.name for n in live.nodes.values() if n.labels and n.labels.get(cluster_key) in (None, ours)}
+    gone = tuple(sorted((p.node for p in cmp.label_patches
+                         if not desired.node_labels.get(p.node) and p.labels and None in p.labels.values()),
+                        key=hostlist.natural_key))
+    total = len(labelled | set(gone))
+    return Measure(REMOVED, f"removes rackctl's labels from {len(gone):,} of the {total:,} Nodes that carry them "
+                   f"({_pct(len(gone), total)}): {{hosts}}", len(gone), total, gone)
+
+
+def drained(rows: list[NodeRow], total: int, verb: str, target: str) -> Measure:
+    """The drains of one target's node plan (``rows``: ``nodestates.NodeRow``; ``drain`` this
+    pass, ``drained`` held already by rackctl) over ``total`` placed trays. ``verb``: drains |
+    taints | cordons; ``target``: how the trays are named (``trays in Slurm``, ``Nodes``)."""
+    new = tuple(r.node for r in rows if r.action == "drain")
+    held = sum(r.action == "drained" for r in rows)
+    count = len(new) + held
+    already = f", {held:,} of them held already" if held else ""
+    return Measure(DRAINED, f"{verb} {len(new):,} {target} ({{hosts}}): rackctl would then hold {count:,} of "
+                   f"{total:,} placed trays ({_pct(count, total)}) out of service{already}", count, total, new, held)
+
+
+def judge(measures: list[Measure], policy: BlastRadius, *, allow_destructive: bool) -> list[Diagnostic]:
+    """One ``blast-radius`` diagnostic per measure above its limit (``count / total > limit``,
+    and only when the plan removes or drains something): an error, or with
+    ``allow_destructive`` a warning."""
+    out = []
+    for m in measures:
+        limit = policy.max_removed_share if m.limit == REMOVED else policy.max_drained_share
+        if not m.hosts or m.share <= limit:
+            continue
+        shown = hostlist.compress(list(m.hosts))
+        if len(shown) > MAX_HOSTS_SHOWN:
+            shown = shown[:MAX_HOSTS_SHOWN] + "..."
+        said = (f"the plan {m.what.format(hosts=shown)}; more than policy.blastRadius.{m.limit} {limit:g} "
+                f"({limit * 100:g}%)")
+        if allow_destructive:
+            out.append(Diagnostic(WARNING, CODE, said + "; allowed by --allow-destructive",
+                                  f"policy.blastRadius.{m.limit}"))
+        else:
+            why = ("was discovery complete, and is the NVLink fabric (Fabric Manager) healthy? A failed read or "
+                   "an outage looks like this" if m.limit == DRAINED else
+                   "was discovery complete, and does the intent still name every rack? A lost inventory or a "
+                   "dropped rack looks like this")
+            out.append(Diagnostic(ERROR, CODE, f"{said}; refused: {why}. If it is meant, pass --allow-destructive "
+                                  f"(or raise policy.blastRadius.{m.limit})", f"policy.blastRadius.{m.limit}"))
+    return out
+
+
+def check(intent: Intent, *, live_blocks: list[tuple[str, tuple[str, ...]]], placed: set[str],
+          slurm_rows: list[NodeRow], kpass: KubePass | None, allow_destructive: bool) -> list[Diagnostic]:
+    """Measure a run against ``intent.blast_radius``. ``live_blocks``: the live Slurm topology
+    (empty when the Slurm target is off or the file is missing); ``placed``: the trays of the
+    desired blocks; ``slurm_rows``: the Slurm node plan's rows (only ``listed`` when the
+    controller was not read: nothing is drained then); ``kpass``: the Kubernetes pass, None when
+    that target is off. Returns the ``blast-radius`` diagnostics (see ``judge``)."""
+    measures = []
+    if intent.slurm_enabled:
+        measures += [removed_from_topology(live_blocks, placed), drained(slurm_rows, len(placed), "drains",
+                                                                         "trays in Slurm")]
+    if kpass is not None and kpass.live is not None and kpass.comparison is not None:
+        gone = unlabelled(kpass)
+        if gone is not None:
+            measures.append(gone)
+        if kpass.comparison.nodes is not None:
+            nodes = sum(h in kpass.live.nodes for h in placed)
+            verb = "cordons" if intent.kubernetes is not None and intent.kubernetes.unhealthy_nodes == "cordon" \
+                else "taints"
+            measures.append(drained(kpass.comparison.nodes.rows, nodes, verb, "Nodes"))
+    return judge(measures, intent.blast_radius, allow_destructive=allow_destructive)
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "0%"

@@ -1,1 +1,0 @@
-"""Renderers: the desired state as the files and objects each scheduler reads."""

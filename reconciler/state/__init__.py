@@ -1,0 +1,1 @@
+"""rackctl's own records: the state dir, its lock, backups, journal and history."""

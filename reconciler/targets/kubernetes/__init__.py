@@ -1,0 +1,1 @@
+"""The Kubernetes target: node labels, taints and cordons, Kueue objects, ComputeDomain checks."""

@@ -1,0 +1,1 @@
+"""The Slurm target: topology/block files, partitions, per-job IMEX, the running controller."""

@@ -1,0 +1,185 @@
+"""The running controller against the files on disk and the desired state. Pure.
+
+Says when the files on disk are written but not loaded (the controller runs other blocks or
+partition nodes than the files say), summarises node states per block, finds re-sliced trays that
+run jobs, warns when the live Slurm release differs from the one the intent renders for, and
+checks that every QoS a tier names exists when accounting can be asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
+from reconciler.intent.model import Intent
+from reconciler.layout.planner import DesiredSlurm
+from reconciler.targets.slurm import controller as slurm_controller
+from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller
+from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
+from reconciler.text import hostlist
+
+
+@dataclass
+class ControllerView:
+    """``not_loaded``: why the controller differs from the files on disk (empty: loaded);
+    ``blocks``: per-block node state summaries; ``busy``: re-sliced trays with running jobs."""
+
+    version: str
+    not_loaded: list[str] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    busy: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def to_json(self, show_users: bool = False) -> dict[str, Any]:
+        busy = [b if show_users else {k: v for k, v in b.items() if k != "users"} for b in self.busy]
+        return {"version": self.version, "loaded": not self.not_loaded, "not_loaded": self.not_loaded,
+                "blocks": self.blocks, "busy": busy}
+
+
+def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Controller) -> ControllerView:
+    """Compare the controller ``ctl`` with the files ``live`` and the desired state."""
+    t = intent.slurm
+    view = ControllerView(ctl.version_text)
+    if ctl.version[:2] != t.version:
+        view.diagnostics.append(Diagnostic(WARNING, "slurm-version-mismatch", f"the controller runs Slurm "
+                                           f"{ctl.version_text}; the intent renders for {t.version_text} "
+                                           "(set targets.slurm.version)", "targets.slurm.version"))
+    if intent.imex == "per-job" and ctl.version < (24, 5, 2):
+        view.diagnostics.append(Diagnostic(WARNING, "imex-plugin-old", f"the controller runs Slurm {ctl.version_text}: "
+                                           "switch/nvidia_imex before 24.05.2 has CVE-2024-42511 and is skipped when "
+                                           "job_container/tmpfs is configured; upgrade for per-job IMEX", "policy.imex"))
+    if t.topology_file == "topology.conf":
+        on_disk = parse_blocks(live.files.get(t.topology_file), t.topology_file)
+        if on_disk and _blocks_differ(on_disk, ctl.blocks):
+            view.not_loaded.append(f"{t.topology_file} written, not loaded: the file has {len(on_disk)} blocks, "
+                                   f"the controller runs {len(ctl.blocks)}{_first_block_difference(on_disk, ctl.blocks)}")
+    else:
+        view.diagnostics.append(Diagnostic(INFO, "topology-not-compared", f"the loaded {t.topology_file} is not "
+                                           "compared with the controller (`scontrol show topology` of 25.05+ is "
+                                           "not parsed yet)", t.topology_file))
+    for name, opts in parse_partitions(live.files.get(t.include_file)).items():
+        nodes = set(hostlist.expand(opts["Nodes"])) if opts.get("Nodes") else set()
+        running = ctl.partitions.get(name)
+        if running is None:
+            view.not_loaded.append(f"{t.include_file} written, not loaded: partition {name} is not live")
+        elif set(running) != nodes:
+            view.not_loaded.append(f"{t.include_file} written, not loaded: partition {name} runs "
+                                   f"{len(running)} nodes, the file says {len(nodes)}")
+    stale = _settings_not_loaded(parse_settings(live.files.get(t.include_file)), ctl.config)
+    if stale:
+        view.diagnostics.append(Diagnostic(WARNING, "settings-not-loaded", f"{t.include_file} sets "
+                                           f"{'; '.join(stale)}: slurmctld runs otherwise (restart slurmctld and "
+                                           "slurmd to load them)", t.include_file))
+    view.blocks = _block_states(ctl)
+    view.busy = _busy_reslice(desired, ctl)
+    if view.busy:
+        view.diagnostics.append(Diagnostic(WARNING, "busy-reslice", f"{len(view.busy)} trays with running jobs "
+                                           f"would change block: {hostlist.compress([b['node'] for b in view.busy])}"
+                                           "; apply refuses unless --drain-first", "slurm/blocks"))
+    view.diagnostics += _qos_diagnostics(intent, ctl)
+    return view
+
+
+def _settings_not_loaded(on_disk: dict[str, str], running: dict[str, str]) -> list[str]:
+    """Settings of the include file that ``scontrol show config`` does not show as loaded. Script
+    settings may hold the site's scripts too: the file's one must be among them."""
+    out = []
+    for key, want in sorted(on_disk.items()):
+        if key not in CONFIG_KEYS:
+            continue
+        have = running.get(key, "")
+        if key in ("Prolog", "Epilog", "PrologSlurmctld", "PrologFlags"):
+            ok = set(want.lower().split(",")) <= set(have.lower().split(","))
+        else:
+            ok = want == have
+        if not ok:
+            out.append(f"{key}={want} (running: {have or '(unset)'})")
+    return out
+
+
+def _blocks_differ(a: list[tuple[str, tuple[str, ...]]], b: list[tuple[str, tuple[str, ...]]]) -> bool:
+    return [(n, frozenset(h)) for n, h in a] != [(n, frozenset(h)) for n, h in b]
+
+
+def _first_block_difference(on_disk, running) -> str:
+    for i, ((fn, fh), (rn, rh)) in enumerate(zip(on_disk, running)):
+        if fn != rn:
+            return f"; first difference at position {i}: block {fn} vs {rn}"
+        if set(fh) != set(rh):
+            return f"; first difference at position {i}: block {fn} has other nodes"
+    return ""
+
+
+def _block_states(ctl: Controller) -> list[dict[str, Any]]:
+    out = []
+    for name, nodes in ctl.blocks:
+        row: dict[str, Any] = {"block": name, "nodes": len(nodes), "allocated": 0, "powered_down": 0,
+                               "drained": [], "down": []}
+        for h in nodes:
+            n = ctl.nodes.get(h)
+            if n is None:
+                continue
+            row["allocated"] += n.allocated
+            row["powered_down"] += n.powered_down
+            if n.drained:
+                row["drained"].append({"node": h, "reason": n.reason, "by": n.reason_by})
+            elif n.down:
+                row["down"].append({"node": h, "reason": n.reason})
+        out.append(row)
+    return out
+
+
+def _busy_reslice(desired: DesiredSlurm, ctl: Controller) -> list[dict[str, Any]]:
+    """Trays whose block changes (moved, added, removed) while jobs run on them."""
+    if not ctl.busy:
+        return []
+    live_block = {h: name for name, nodes in ctl.blocks for h in nodes}
+    want_block = {h: b.name for b in desired.blocks for h in b.nodes}
+    jobs = {j.job_id: j for j in ctl.jobs}
+    out = []
+    for h in sorted(ctl.busy, key=hostlist.natural_key):
+        before, after = live_block.get(h), want_block.get(h)
+        if before == after:
+            continue
+        ids = sorted(ctl.busy[h])
+        out.append({"node": h, "from": before or "", "to": after or "", "jobs": ids,
+                    "users": sorted({jobs[i].user for i in ids if i in jobs})})
+    return out
+
+
+def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
+    named = {q: t.name for t in intent.tiers for q in ((t.slurm.qos,) if t.slurm.qos else ()) + t.slurm.allow_qos}
+    if not named:
+        return []
+    if ctl.qos is None:
+        return [Diagnostic(WARNING, "qos-unchecked", f"QoS {', '.join(sorted(named))} could not be checked "
+                           f"(no slurmdbd answered: {ctl.qos_unchecked}); without accounting Slurm does not "
+                           "enforce partition QoS", "tiers")]
+    return [Diagnostic(ERROR, "qos-unknown", f"tier {tier}: QoS {q} does not exist in slurmdbd (an unknown "
+                       "partition QoS is fatal to slurmctld); create it with `sacctmgr add qos` first", tier)
+            for q, tier in sorted(named.items()) if q not in ctl.qos]
+
+
+def verify_loaded(intent: Intent, desired: DesiredSlurm) -> list[str]:
+    """After a reload: what the controller runs that differs from what was rendered (every block
+    in position order, every node, the block sizes, every partition's nodes); empty when equal.
+    Block checks apply to topology.conf (24.11); partitions always."""
+    blocks, sizes, partitions = slurm_controller.read_loaded()
+    out = []
+    if intent.slurm.topology_file == "topology.conf":
+        want = [(b.name, b.nodes) for b in desired.blocks]
+        if _blocks_differ(want, blocks):
+            out.append(f"the controller runs {len(blocks)} blocks, {len(want)} were rendered"
+                       f"{_first_block_difference(want, blocks)}")
+        base = desired.block_sizes[0] if desired.block_sizes else None
+        if blocks and (min(sizes) != base or not set(sizes) <= set(desired.block_sizes)):
+            out.append(f"the controller's block sizes are {','.join(map(str, sizes))}; BlockSizes="
+                       f"{','.join(map(str, desired.block_sizes))} was rendered")
+    for p in desired.partitions:
+        running = partitions.get(p.spec.partition)
+        if running is None:
+            out.append(f"partition {p.spec.partition} is not live")
+        elif set(running) != set(p.nodes):
+            out.append(f"partition {p.spec.partition} runs {len(running)} nodes, {len(p.nodes)} were rendered")
+    return out

@@ -1,0 +1,1 @@
+"""Reading input text: YAML with line numbers, JSON Schema validation, Slurm hostlists."""

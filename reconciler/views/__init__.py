@@ -1,0 +1,1 @@
+"""The plan and the fleet shown: text, markdown, JSON and HTML."""

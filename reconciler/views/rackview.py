@@ -1,0 +1,252 @@
+"""The fleet as racks of trays: one run (intent, fabric, desired state, plan, live targets) seen
+rack by rack, for ``rackctl status`` (a table) and ``rackctl report`` (an HTML page). Pure.
+
+Each rack lists its trays top to bottom (tray index from platform info when every tray reports
+one, else natural host order), each with its slice, the tiers it serves, one **state** and a few
+**marks**. The state is the tray as this plan leaves it:
+
+- ``missing``: in a slice but not in the inventory (or, when its name cannot be known, one of
+  the trays the rack declares and no selector or applied block names);
+- ``drained``: out of service: a desired drain (listed, applied now, or already in place),
+  drained or down on the running controller (by anyone), tainted ``NoSchedule``/``NoExecute``
+  or cordoned on Kubernetes;
+- ``pending``: damping holds a drain or a resume back (``defaults.health``);
+- ``healthy``: the rest (also a tray resumed by this pass).
+
+Marks say why: ``fault`` (a finding that drains, e.g. an Unhealthy fabric), ``degraded`` (a
+warning-only finding), ``drain``, ``resume``, ``pending``, ``operator`` (drained or cordoned by
+someone else), ``down``, ``taint``, ``drift`` (its block or Node changed outside rackctl),
+``missing``. Drift a rack cannot own (a managed file, a setting, a Kueue object) is listed
+cluster-wide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.engine.compute import Run
+from reconciler.layout.planner import rack_of_block, tray_order_key
+from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX
+from reconciler.text import hostlist
+
+HEALTHY, PENDING, DRAINED, MISSING = "healthy", "pending", "drained", "missing"
+#: Tray states, least severe first (a tray takes the most severe that applies).
+STATES = (HEALTHY, PENDING, DRAINED, MISSING)
+#: The order ``status`` counts them in.
+COUNTED = (HEALTHY, DRAINED, PENDING, MISSING)
+#: Marks in the order a tray lists them.
+MARKS = ("missing", "fault", "degraded", "drain", "taint", "operator", "down", "pending", "resume", "drift")
+#: Node-state actions (``nodestates.NodeRow``) -> (state, mark).
+_ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (DRAINED, "drain"),
+        "operator": (DRAINED, "operator"), "pending-drain": (PENDING, "pending"),
+        "pending-resume": (PENDING, "pending"), "resume": (HEALTHY, "resume")}
+_OUT_OF_SERVICE = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class TrayView:
+    """One tray: ``host`` ("" for a missing tray whose name cannot be known), ``slice_name``,
+    ``tiers`` (tier names, intent order), ``state`` (see ``STATES``), ``marks`` (see ``MARKS``)
+    and ``notes`` (why, in words; text from the inventory and the targets, never trusted)."""
+
+    host: str
+    slice_name: str
+    tiers: tuple[str, ...]
+    state: str
+    marks: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SliceView:
+    """One slice of a rack: its name, the tiers it serves and its colour index within the rack."""
+
+    name: str
+    tiers: tuple[str, ...]
+    colour: int
+
+
+@dataclass(frozen=True)
+class RackView:
+    """One rack: its slices (block position order) and trays (top to bottom), and the drift
+    items it owns (addresses)."""
+
+    name: str
+    slices: tuple[SliceView, ...]
+    trays: tuple[TrayView, ...]
+    drift: tuple[str, ...]
+
+    def count(self, state: str) -> int:
+        """How many of its trays are in ``state``."""
+        return sum(t.state == state for t in self.trays)
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The tiers its slices serve, first-seen order."""
+        return tuple(dict.fromkeys(t for s in self.slices for t in s.tiers))
+
+    def colour_of(self, slice_name: str) -> int:
+        """The colour index of one of its slices (0 when the tray is in none)."""
+        return next((s.colour for s in self.slices if s.name == slice_name), 0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The status row: names and counts."""
+        return {"rack": self.name, "slices": [s.name for s in self.slices], "tiers": list(self.tiers),
+                "trays": len(self.trays), **{s: self.count(s) for s in COUNTED}, "drift": len(self.drift)}
+
+
+@dataclass
+class FleetView:
+    """Every rack in intent order; ``unplaced``: discovered trays in no slice (natural order);
+    ``cluster_drift``: drift addresses no rack owns."""
+
+    cluster: str
+    racks: list[RackView]
+    unplaced: list[str] = field(default_factory=list)
+    cluster_drift: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        """Sums over the racks; ``drift`` also counts the cluster-wide items."""
+        out = {"racks": len(self.racks), "trays": sum(len(r.trays) for r in self.racks)}
+        out.update({s: sum(r.count(s) for r in self.racks) for s in COUNTED})
+        out["drift"] = sum(len(r.drift) for r in self.racks) + len(self.cluster_drift)
+        out["unplaced"] = len(self.unplaced)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Racks, totals, unplaced trays (a hostlist) and cluster-wide drift."""
+        return {"cluster": self.cluster, "racks": [r.to_json() for r in self.racks], "totals": self.totals(),
+                "unplaced": hostlist.compress(self.unplaced), "cluster_drift": self.cluster_drift}
+
+
+class _Tray:
+    """A tray while its state is worked out."""
+
+    def __init__(self) -> None:
+        self.state = HEALTHY
+        self.marks: set[str] = set()
+        self.notes: list[str] = []
+
+    def add(self, state: str, mark: str, note: str = "") -> None:
+        if STATES.index(state) > STATES.index(self.state):
+            self.state = state
+        self.marks.add(mark)
+        if note and note not in self.notes:
+            self.notes.append(note)
+
+
+def fleet_view(run: Run) -> FleetView:
+    """The racks of one run. Linear: one pass over the trays, blocks, node states, changes and
+    live node lists."""
+    desired, fabric, plan = run.desired, run.fabric, run.plan
+    tiers_of: dict[str, list[str]] = {}
+    for p in desired.partitions:
+        for h in p.nodes:
+            tiers_of.setdefault(h, []).append(p.tier)
+    trays: dict[str, _Tray] = {}
+
+    def tray(host: str) -> _Tray:
+        return trays.setdefault(host, _Tray())
+
+    for host, t in fabric.trays.items():
+        for f in t.findings:
+            tray(host).add(HEALTHY, "fault" if f.drainable else "degraded", f"{f.cause}: {f.detail}")
+    for row, mark in _node_rows(run):
+        state, row_mark = _ROW[row["action"]]
+        note = "; ".join(x for x in (row["reason"], row.get("note", "")) if x)
+        tray(row["node"]).add(state, mark if row_mark == "drain" else row_mark, note)
+    _live_marks(run, tray)
+    drift_hosts, drift_blocks, cluster_drift = _drift(run)
+    for host, addresses in drift_hosts.items():
+        for a in addresses:
+            tray(host).add(HEALTHY, "drift", f"drift: {a}")
+
+    blocks_of: dict[str, list] = {}
+    for b in desired.blocks:
+        if not b.placeholder:
+            blocks_of.setdefault(b.rack, []).append(b)
+    placed: set[str] = set()
+    racks = []
+    for rack in run.intent.racks:
+        blocks = blocks_of.get(rack.name, [])
+        slice_of: dict[str, str] = {}
+        for b in blocks:
+            for h in b.nodes:
+                slice_of.setdefault(h, b.slice_name)
+                if b.name in drift_blocks:
+                    tray(h).add(HEALTHY, "drift", f"drift: slurm/block/{b.name}")
+        placed.update(slice_of)
+        slices = tuple(SliceView(b.slice_name, tuple(dict.fromkeys(t for h in b.nodes for t in tiers_of.get(h, ()))),
+                                 i) for i, b in enumerate(blocks))
+        members = list(slice_of)
+        views = []
+        for h in sorted(members, key=tray_order_key(members, fabric)):
+            t = trays.get(h, _Tray())
+            if h not in fabric.trays:
+                t.add(MISSING, "missing", "not in the inventory")
+            views.append(TrayView(h, slice_of[h], tuple(tiers_of.get(h, ())), t.state,
+                                  tuple(m for m in MARKS if m in t.marks), tuple(t.notes)))
+        views += [TrayView("", "", (), MISSING, ("missing",), ("not in the inventory; no selector or applied block "
+                                                               "names it",))] * max(rack.trays - len(views), 0)
+        owned = sorted({f"slurm/block/{b.name}" for b in blocks if b.name in drift_blocks}
+                       | {a for h in members for a in drift_hosts.get(h, ())})
+        racks.append(RackView(rack.name, slices, tuple(views), tuple(owned)))
+    rack_names = {r.name for r in run.intent.racks}
+    cluster_drift += sorted(f"slurm/block/{b}" for b in drift_blocks if rack_of_block(b) not in rack_names)
+    cluster_drift += sorted(a for h, addresses in drift_hosts.items() if h not in placed for a in addresses)
+    unplaced = sorted(set(fabric.trays) - placed, key=hostlist.natural_key)
+    return FleetView(plan.cluster, racks, unplaced, sorted(set(cluster_drift)))
+
+
+def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
+    """The plan's node-state rows with the mark a desired drain takes: the Slurm rows (``drain``),
+    then, when Kubernetes is a second target, its taint/cordon rows (``taint``). With Kubernetes
+    alone the plan's rows are already its rows."""
+    mark = "drain" if run.intent.slurm_enabled else "taint"
+    rows = [(r, mark) for r in run.plan.node_states]
+    cmp = run.kube.comparison if run.kube is not None else None
+    if run.intent.slurm_enabled and cmp is not None and cmp.nodes is not None:
+        rows += [(r.to_json(), "taint") for r in cmp.nodes.rows]
+    return rows
+
+
+def _live_marks(run: Run, tray) -> None:
+    """What the running targets say: drained or down on the controller, tainted or cordoned Nodes."""
+    view = run.plan.controller
+    for b in view.blocks if view is not None else ():
+        for d in b["drained"]:
+            ours = d["reason"].startswith(RACKCTL_REASON_PREFIX)
+            who = "" if ours else f" by {d['by'] or 'an operator'}"
+            tray(d["node"]).add(DRAINED, "drain" if ours else "operator", f"drained{who}: {d['reason']}")
+        for d in b["down"]:
+            tray(d["node"]).add(DRAINED, "down", f"down: {d['reason']}")
+    live = run.kube.live if run.kube is not None else None
+    for name, node in sorted(live.nodes.items()) if live is not None else ():
+        held = [t for t in node.taints if t.get("effect") in _OUT_OF_SERVICE]
+        for t in held:
+            value = f"={t['value']}" if t.get("value") else ""
+            tray(name).add(DRAINED, "taint", f"taint {t.get('key', '')}{value}:{t['effect']}")
+        if node.unschedulable:
+            ours = bool(node.cordon_reason)
+            tray(name).add(DRAINED, "taint" if ours else "operator",
+                           f"cordoned: {node.cordon_reason}" if ours else "cordoned by an operator")
+
+
+def _drift(run: Run) -> tuple[dict[str, list[str]], set[str], list[str]]:
+    """Drift items by owner: host -> addresses (a Node's labels, a host's IMEX service), the
+    blocks a drift change touches, and the rest (files, settings, partitions, objects)."""
+    plan = run.plan
+    addresses = [d["address"] for d in plan.drift] + [c.address for c in plan.changes if c.cause == "drift"]
+    hosts: dict[str, list[str]] = {}
+    blocks: set[str] = set()
+    rest: list[str] = []
+    for a in dict.fromkeys(addresses):
+        parts = a.split("/")
+        if a.startswith("kubernetes/Node/") or (parts[0] == "node" and len(parts) > 2):
+            hosts.setdefault(parts[2] if parts[0] == "kubernetes" else parts[1], []).append(a)
+        elif a.startswith("slurm/block/"):
+            blocks.add(parts[2])
+        else:
+            rest.append(a)
+    return hosts, blocks, rest

@@ -1,0 +1,347 @@
+"""Human views of a plan (text for terminals, markdown for pull requests), rendered from the
+same data as the JSON plan.
+
+Host names, reasons, messages and diffs hold text from the inventory and the live targets: each
+view passes what it shows through ``untrusted`` where it assembles its output (the text view
+each line, the markdown view each value), so no control character, escape sequence or markup
+from outside reaches a terminal or a pull-request comment. The markdown view fits one GitHub
+comment (``MAX_MARKDOWN_BYTES``); a longer plan is cut to its summary and the first changes of
+each target, with a pointer to the full JSON plan."""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+from typing import Any, Callable
+
+import yaml
+
+from reconciler.diagnostics import ERROR, INFO, WARNING
+from reconciler.guard.untrusted import code_span, fence, markdown, shown
+from reconciler.plan.model import Plan
+
+MAX_DIFF_LINES = 200
+MAX_SCRIPT_DIFF_LINES = 12
+_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~",
+         "taint": "!", "cordon": "!", "untaint": "+", "uncordon": "+"}
+#: The largest markdown plan (UTF-8 bytes): GitHub takes a comment of at most 65,536 characters.
+#: The plan workflow (.github/workflows/rackctl-plan.yml) posts plan.md as it is (adds nothing);
+#: 1,024 are left for text a caller puts around it.
+MAX_MARKDOWN_BYTES = 65_536 - 1_024
+#: Where the full JSON plan of a cut markdown plan is: the plan workflow's artifact and file.
+PLAN_ARTIFACT, PLAN_ARTIFACT_FILE = "rackctl-plan", "plan.json"
+#: How many per-Node label changes the human views list one by one (the JSON plan has all).
+MAX_NODE_LINES = 50
+_NODE_ACTION = {"drain": "drain", "resume": "resume", "pending-drain": "drain later", "pending-resume":
+                "resume later", "drained": "already drained", "operator": "left alone", "listed": "listed"}
+#: The same rows in Kubernetes' words, when Kubernetes is the only target.
+_KUBE_NODE_ACTION = {**_NODE_ACTION, "drain": "taint/cordon", "resume": "release", "pending-drain":
+                     "taint/cordon later", "pending-resume": "release later", "drained": "already tainted/cordoned"}
+
+
+def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
+    """``fmt``: text | json | yaml | markdown. JSON and YAML are one document (the same one) with
+    a trailing newline. ``command`` (plan | drift) names the report in the human views."""
+    if fmt in ("json", "yaml"):
+        return dump(plan.to_json(), fmt)
+    if fmt == "markdown":
+        return _markdown(plan, command)
+    return _text(plan, command)
+
+
+class _YamlDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Safe YAML (libyaml when built in: a fleet's plan is tens of MB) with multi-line strings
+    (file diffs) as literal blocks, so they read as they would in a terminal."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted string where a block cannot hold the text exactly.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_YamlDumper.add_representer(str, _str)
+
+
+def dump(doc: Any, fmt: str) -> str:
+    """One data document as ``json`` (2-space indent) or ``yaml`` (block style, keys in the
+    order given), ending in a newline. ``doc`` holds only JSON types (dict, list, str, int,
+    float, bool, None), so ``yaml.safe_load`` of the YAML equals ``json.loads`` of the JSON.
+    Raises ``ValueError`` for another ``fmt``."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    if fmt == "yaml":
+        return yaml.dump(doc, Dumper=_YamlDumper, sort_keys=False, allow_unicode=True, width=100)
+    raise ValueError(f"not a data format: {fmt}")
+
+
+def _shown_diff(diff: str, limit: int = 0) -> list[str]:
+    """A file's diff for people: at most ``limit`` lines (default ``MAX_DIFF_LINES``: a fleet's
+    topology file or IMEX map runs to tens of thousands); the JSON plan keeps it whole."""
+    limit = limit or MAX_DIFF_LINES
+    lines = diff.splitlines()
+    if len(lines) <= limit:
+        return lines
+    return lines[:limit] + [f"... {len(lines) - limit} more diff lines (the JSON plan has them all)"]
+
+
+def _file_diff(c) -> list[str]:
+    # The per-job IMEX scripts are long and mostly fixed text: a few lines say enough here.
+    return _shown_diff(c.diff, MAX_SCRIPT_DIFF_LINES if c.address.endswith(".sh") else 0)
+
+
+def summary_line(plan: Plan) -> str:
+    """``Plan: 2 files to change (...), 3 blocks ... ; 1 warning, 0 errors.``"""
+    s = plan.summary()
+
+    def part(kind: str, label: str) -> str | None:
+        n = {a: s.get(f"{kind}_{a}", 0) for a in ("create", "update", "delete", "move")}
+        if not any(n.values()):
+            return None
+        bits = [f"{n['create']} to add", f"{n['update']} to change", f"{n['delete']} to remove"]
+        if n["move"]:
+            bits.append(f"{n['move']} to move")
+        return f"{label}: {', '.join(bits)}"
+
+    parts = [p for p in (part("file", "files"), part("block", "blocks"), part("partition", "partitions"),
+                         part("setting", "settings"), part("object", "Kubernetes objects")) if p]
+    if s.get("node_update"):
+        parts.append(f"Kubernetes Node labels: {s['node_update']} to change")
+    held = sum(s.get(f"node_{a}", 0) for a in ("taint", "cordon"))
+    freed = sum(s.get(f"node_{a}", 0) for a in ("untaint", "uncordon"))
+    if held or freed:
+        parts.append(f"Kubernetes Nodes: {held} to taint/cordon, {freed} to release")
+    if plan.controller_changes:
+        parts.append("controller: reconfigure (files written, not loaded)")
+    matched = " and ".join(w for w, on in (("the Slurm files", plan.target is not None),
+                                           ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes["read"])))
+                           if on)
+    verb = "matches" if matched == "the Kubernetes state" else "match"
+    if parts:
+        head = "; ".join(parts)
+    elif s["errors"]:
+        head = "No changes can be planned until the errors below are fixed"
+    elif matched:
+        head = f"No changes. {matched[0].upper()}{matched[1:]} {verb} the intent"
+    else:
+        head = "No changes from what rackctl last applied (the Kubernetes API server was not read)"
+    tail = f"{s['warnings']} warning(s), {s['errors']} error(s)"
+    for key, label in (("node_pending", "held by damping"), ("node_resumes", "to resume"),
+                       ("node_drains", "to drain")):
+        if s[key]:
+            tail = f"{s[key]} node(s) {label}, " + tail
+    if s["drift"]:
+        tail = f"{s['drift']} drifted item(s), " + tail
+    if plan.taken_over:
+        tail = f"{len(plan.taken_over)} file(s) taken over (apply needs --take-over), " + tail
+    return f"Plan: {head}. {tail}."
+
+
+def reload_line(plan: Plan, code: Callable[[str], str] = lambda cmd: f"`{cmd}`") -> str:
+    """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``, the command
+    as ``code`` quotes it (markdown: a code span that no backtick inside can close); empty when
+    apply runs no reload command."""
+    if plan.reload is None:
+        return ""
+    return f"Reload: apply runs {code(shlex.join(plan.reload))} after writing the Slurm files."
+
+
+def taken_over(plan: Plan) -> list[tuple[str, str]]:
+    """(path, "replaced" | "removed") of each file the plan takes over."""
+    return [(c.taken_over, "removed" if c.action == "delete" else "replaced") for c in plan.taken_over]
+
+
+TAKEN_OVER_TITLE = ("Taken over (files in the Slurm config dir that rackctl has no record of writing; apply "
+                    "needs --take-over):")
+
+
+def _change_line(c) -> str:
+    taken = f", taken over: {c.taken_over}" if c.taken_over else ""
+    return f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}{taken}): {c.reason}"
+
+
+def _targets(plan: Plan) -> str:
+    """``Slurm 24.11, config dir slurm; Kubernetes (Kueue v1beta2)``."""
+    t, k = plan.target, plan.kubernetes
+    parts = [f"Slurm {t['version']}, config dir {t['configDir']}"] if t else []
+    if k is not None:
+        version = k["kueueVersions"].get("Topology", "not served")
+        parts.append(f"Kubernetes, Kueue {version}" + ("" if k["read"] else ", not read"))
+    return "; ".join(parts)
+
+
+def _kube_text(plan: Plan) -> list[str]:
+    """Kubernetes changes: objects with their diffs, then Node changes (capped)."""
+    changes = plan.kubernetes_changes
+    if not changes:
+        return []
+    out = ["Kubernetes changes:"]
+    nodes = [c for c in changes if c.kind == "node"]
+    for c in changes:
+        if c.kind != "node":
+            out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+            out += ["      " + line for line in _shown_diff(c.diff)]
+    for c in nodes[:MAX_NODE_LINES]:
+        out.append(f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}): {c.reason}")
+    if len(nodes) > MAX_NODE_LINES:
+        out.append(f"  ... {len(nodes) - MAX_NODE_LINES} more Node change(s) (the JSON plan has them all)")
+    return out + [""]
+
+
+def _text(plan: Plan, command: str) -> str:
+    out = [f"rackctl {command} for cluster {plan.cluster} ({_targets(plan)})", ""]
+    for d in plan.stale_inventory:  # first thing a reader sees: the plan may not reflect the fleet
+        out += [f"!! INVENTORY: {d.message}", ""]
+    if plan.drift:
+        out.append("Drift (changed outside rackctl since the last apply):")
+        out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
+        out.append("")
+    if plan.taken_over:
+        out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
+    if plan.resource_changes or plan.file_changes or plan.controller_changes:
+        out.append("Changes:")
+        for c in plan.resource_changes + plan.controller_changes:
+            out.append(_change_line(c))
+        for c in plan.file_changes:
+            out.append(_change_line(c))
+            out += ["      " + line for line in _file_diff(c)]
+        out.append("")
+    if plan.reload is not None:
+        out += [reload_line(plan), ""]
+    out += _kube_text(plan)
+    out += _controller_text(plan)
+    if plan.node_states:
+        out.append("Node states:")
+        for s in plan.node_states:
+            note = f" [{s['note']}]" if s.get("note") else ""
+            out.append(f"  {_node_action(plan, s['action'])}: {s['node']} (slice {s['slice']}): {s['reason']}{note}")
+        out.append("")
+    for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
+        items = [d for d in plan.diagnostics if d.severity == sev and d.code != "node-drain"]
+        if items:
+            out.append(f"{title}:")
+            out += [f"  {sev}: [{d.code}] {d.message}" for d in items]
+            out.append("")
+    out.append(summary_line(plan))
+    return "\n".join(map(shown, out)) + "\n"  # each line inert: reasons and diffs come from outside
+
+
+def _node_action(plan: Plan, action: str) -> str:
+    return (_NODE_ACTION if plan.target is not None else _KUBE_NODE_ACTION)[action]
+
+
+def _controller_text(plan: Plan) -> list[str]:
+    """The live controller: version, loaded or not, busy re-sliced trays, blocks with node trouble."""
+    view = plan.controller
+    if view is None:
+        return []
+    out = [f"Controller (Slurm {view.version}): " + ("runs the files on disk" if not view.not_loaded
+                                                    else "files written, NOT loaded")]
+    out += [f"  ! {why}" for why in view.not_loaded]
+    for b in view.busy:
+        who = f" (users {', '.join(b['users'])})" if plan.show_users else ""
+        out.append(f"  ! busy: {b['node']} runs job(s) {', '.join(map(str, b['jobs']))}{who}; block "
+                   f"{b['from'] or '(none)'} -> {b['to'] or '(none)'}")
+    for b in view.blocks:
+        bits = [f"{len(b['drained'])} drained ({', '.join(d['node'] + ' by ' + (d['by'] or '?') + ': ' + d['reason'] for d in b['drained'])})"
+                if b["drained"] else "",
+                f"{len(b['down'])} down ({', '.join(d['node'] for d in b['down'])})" if b["down"] else "",
+                f"{b['allocated']} allocated" if b["allocated"] else ""]
+        bits = [x for x in bits if x]
+        if bits:
+            out.append(f"  block {b['block']} ({b['nodes']} nodes): {'; '.join(bits)}")
+    return out + [""]
+
+
+def _markdown(plan: Plan, command: str) -> str:
+    """The plan for a pull request: every value from the plan escaped (``untrusted``); cut to
+    ``_markdown_cut`` when it would not fit one comment. The files taken over and the reload
+    command are in the head, which a cut keeps."""
+    head = [f"### rackctl {command}: {code_span(plan.cluster)}", "", markdown(_targets(plan)), "",
+            f"**{markdown(summary_line(plan))}**", ""]
+    head += [f"> [!WARNING]\n> Inventory: {markdown(d.message)}\n" for d in plan.stale_inventory]
+    if plan.taken_over:
+        head += ["> [!CAUTION]", f"> {markdown(TAKEN_OVER_TITLE)}"]
+        head += [f"> - {code_span(path)} ({verb})" for path, verb in taken_over(plan)]
+        head.append("")
+    if plan.reload is not None:
+        head += [reload_line(plan, code_span), ""]
+    out = list(head)
+    if plan.drift:
+        out += ["#### Drift", "", "| file | detail |", "|---|---|"]
+        out += [f"| {code_span(d['address'])} | {markdown(d['detail'])} |" for d in plan.drift]
+        out.append("")
+    if plan.resource_changes or plan.file_changes:
+        out += ["#### Changes", "", _CHANGE_HEADER, _CHANGE_RULE]
+        out += [_change_row(c) for c in plan.resource_changes + plan.file_changes]
+        out.append("")
+        for c in plan.file_changes:
+            out += [f"<details><summary>{html.escape(c.address)}</summary>", "", *fence(_file_diff(c), "diff"),
+                    "", "</details>", ""]
+    if plan.kubernetes_changes:
+        out += ["#### Kubernetes", "", *fence(_kube_text(plan)[1:-1]), ""]
+    if plan.node_states:
+        out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
+        out += [f"| {code_span(s['node'])} | {_node_action(plan, s['action'])} | {markdown(s['reason'])} | "
+                f"{markdown(s.get('note', ''))} |" for s in plan.node_states]
+        out.append("")
+    if plan.controller is not None:
+        out += ["#### Controller", "", *fence(_controller_text(plan)[:-1]), ""]
+    diags = [d for d in plan.diagnostics if d.code != "node-drain"]
+    if diags:
+        out += ["#### Diagnostics", "", "| severity | code | message |", "|---|---|---|"]
+        out += [_diagnostic_row(d) for d in diags]
+        out.append("")
+    text = "\n".join(out)
+    return text if len(text.encode()) <= MAX_MARKDOWN_BYTES else _markdown_cut(plan, head, len(text))
+
+
+_CHANGE_HEADER, _CHANGE_RULE = "| | address | action | cause | reason |", "|---|---|---|---|---|"
+
+
+def _change_row(c) -> str:
+    cause = f"{c.cause}, **taken over** ({code_span(c.taken_over)})" if c.taken_over else c.cause
+    return f"| {_MARK[c.action]} | {code_span(c.address)} | {c.action} | {cause} | {markdown(c.reason)} |"
+
+
+def _diagnostic_row(d) -> str:
+    return f"| {d.severity} | {code_span(d.code)} | {markdown(d.message)} |"
+
+
+def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
+    """A plan too long for one comment: ``head`` (title, targets, summary line, inventory
+    warnings), a note naming the full JSON plan's artifact, then the error diagnostics and the
+    first changes of each target, one row of each in turn while they fit, so that every target
+    shows its first changes. At most ``MAX_MARKDOWN_BYTES`` bytes (UTF-8; GitHub counts
+    characters, never more than bytes)."""
+    groups = [("Errors", "| severity | code | message |", "|---|---|---|",
+               [_diagnostic_row(d) for d in plan.diagnostics if d.severity == ERROR]),
+              ("Slurm changes", _CHANGE_HEADER, _CHANGE_RULE,
+               [_change_row(c) for c in plan.file_changes + plan.resource_changes + plan.controller_changes
+                + plan.node_changes]),
+              ("Kubernetes changes", _CHANGE_HEADER, _CHANGE_RULE, [_change_row(c) for c in plan.kubernetes_changes])]
+    groups = [g for g in groups if g[3]]
+    note = (f"> [!NOTE]\n> This plan is {full:,} bytes of markdown, more than one pull-request comment holds: shown "
+            "are its summary, its errors and the first changes of each target (its warnings and node states are in "
+            "the full plan only). The full plan is the JSON plan `rackctl plan --out FILE` writes: in the "
+            f"rackctl-plan workflow, the file `{PLAN_ARTIFACT_FILE}` of the run's artifact `{PLAN_ARTIFACT}`.\n")
+    # The heading and the table head of each group, with the line saying how many it shows.
+    fixed = "\n".join(head + [note]) + "".join(f"\n#### {g[0]} (first {len(g[3])} of {len(g[3])})\n\n{g[1]}\n{g[2]}\n"
+                                                for g in groups)
+    budget = MAX_MARKDOWN_BYTES - len(fixed.encode())
+    taken: list[list[str]] = [[] for _ in groups]
+    open_ = list(range(len(groups)))
+    depth = 0
+    while open_:
+        still = []
+        for i in open_:
+            rows = groups[i][3]
+            if depth < len(rows) and len(rows[depth].encode()) + 1 <= budget:
+                budget -= len(rows[depth].encode()) + 1
+                taken[i].append(rows[depth])
+                still.append(i)
+        open_, depth = still, depth + 1
+    out = head + [note]
+    for (title, header, rule, rows), shown_rows in zip(groups, taken):
+        out += [f"#### {title} (first {len(shown_rows)} of {len(rows)})", "", header, rule, *shown_rows, ""]
+    return "\n".join(out)
