@@ -65,3 +65,11 @@ def malformed_why(exc: Exception) -> str:
     if isinstance(exc, InputError):
         return exc.message
     return str(exc)
+
+
+def os_error_text(exc: OSError) -> str:
+    """An ``OSError`` on a path the user named, in words: ``PATH: why``."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return f"{where}a file is in the way; a directory was expected there"
+    return where + (exc.strerror or str(exc))

@@ -17,7 +17,7 @@ from kubehelp import example_on
 from markdown_it import MarkdownIt
 from reporthelp import Page, evil_fleet
 
-from reconciler.cli.reconcile import EventLog
+from reconciler.engine.passes import EventLog
 from reconciler.guard import untrusted
 from reconciler.views import report
 

@@ -315,8 +315,7 @@ def seed_lease(kube, holder: str, renewed_s_ago: float, transitions: int = 0) ->
 
 
 def test_a_lease_renewal_that_fails_is_logged_and_noted_in_the_record(tmp_path, kube, capsys, monkeypatch):
-    from reconciler.cli import reconcile as reconcilecmd
-    from reconciler.engine import leaselock
+    from reconciler.engine import leaselock, reconcile as reconcile_engine
     from reconciler.errors import TargetError
 
     class Flaky(leaselock.LeaseLock):
@@ -326,14 +325,14 @@ def test_a_lease_renewal_that_fails_is_logged_and_noted_in_the_record(tmp_path, 
         def renew(self):
             raise TargetError("kubernetes: renew Lease: HTTP 503 from the API server: unavailable")
 
-    plan_or_apply = reconcilecmd._plan_or_apply
+    plan_or_apply = reconcile_engine._plan_or_apply
 
     def slow(*args):  # a pass long enough for a renewal
         time.sleep(0.8)
         plan_or_apply(*args)
 
     monkeypatch.setattr(leaselock, "LeaseLock", Flaky)
-    monkeypatch.setattr(reconcilecmd, "_plan_or_apply", slow)
+    monkeypatch.setattr(reconcile_engine, "_plan_or_apply", slow)
     site = Site(tmp_path)
     seed_lease(kube, "", renewed_s_ago=0)
     res = run_main(capsys, *site.args("--lease", "/".join(LEASE), "--kubeconfig", kube.kubeconfig,
@@ -567,7 +566,7 @@ def parsed(argv: list[str]):
 
 
 def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
-    from reconciler.cli.reconcile import cmd_reconcile
+    from reconciler.cli import reconcile as reconcilecmd
     from reconciler.engine.leaselock import parse_ref
     from reconciler.intent.model import load_intent
 
@@ -581,7 +580,7 @@ def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
     assert rbac["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", **account}]
     [container] = pod["containers"]
     args = parsed(container["args"])
-    assert args.func is cmd_reconcile and args.mode == "plan-only"
+    assert args.func.run is reconcilecmd.run and args.mode == "plan-only"
     # the Lease: in the CronJob's namespace, and the Role there grants get/update on it alone
     # (create cannot be limited by name) to the same ServiceAccount
     lease = parse_ref(args.lease)
@@ -614,7 +613,7 @@ def test_the_cronjob_example_runs_one_pass_with_the_reconciler_rbac(tmp_path):
 def test_the_cron_and_systemd_examples_run_one_pass():
     import shlex
 
-    from reconciler.cli.reconcile import cmd_reconcile
+    from reconciler.cli import reconcile as reconcilecmd
 
     folder = ROOT / "examples/reconcile"
     entry = [line for line in (folder / "rackctl-reconcile.cron").read_text().splitlines()
@@ -622,10 +621,10 @@ def test_the_cron_and_systemd_examples_run_one_pass():
     [line] = entry
     words = shlex.split(line)
     assert words[:6] == ["*/10", "*", "*", "*", "*", "root"] and words[6] == "rackctl"
-    assert parsed(words[7:words.index(">>")]).func is cmd_reconcile
+    assert parsed(words[7:words.index(">>")]).func.run is reconcilecmd.run
     service = (folder / "rackctl-reconcile.service").read_text()
     start = next(line for line in service.splitlines() if line.startswith("ExecStart="))
     words = shlex.split(start.removeprefix("ExecStart="))
     args = parsed(words[1:])
-    assert args.func is cmd_reconcile and args.interval is None  # one pass; the timer repeats it
+    assert args.func.run is reconcilecmd.run and args.interval is None  # one pass; the timer repeats it
     assert "OnCalendar=*:0/10" in (folder / "rackctl-reconcile.timer").read_text()

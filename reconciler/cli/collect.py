@@ -48,7 +48,7 @@ exit codes:
 """
 
 
-def add_collect_parser(sub, make_sub) -> None:
+def add_parser(sub, make_sub) -> None:
     """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
     c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
     engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")

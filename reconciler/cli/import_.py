@@ -51,7 +51,7 @@ exit codes:
 """
 
 
-def add_import_parser(sub, make_sub) -> None:
+def add_parser(sub, make_sub) -> None:
     """Register ``import`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
     p = make_sub(sub, "import", "write an intent that reproduces a running cluster (its first plan is empty)")
     p.description = IMPORT_HELP

@@ -38,7 +38,7 @@ exit codes:
 """
 
 
-def add_snapshot_parser(sub, make_sub) -> None:
+def add_parser(sub, make_sub) -> None:
     """Register ``snapshot`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
     p = make_sub(sub, "snapshot", "capture the live state (Slurm files and controller, Kubernetes objects) for "
                  "`plan --live-snapshot` where the cluster cannot be reached")

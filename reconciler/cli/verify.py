@@ -41,7 +41,7 @@ exit codes:
 """
 
 
-def add_verify_parser(sub, make_sub) -> None:
+def add_parser(sub, make_sub) -> None:
     """Register ``verify slurm`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
     v = make_sub(sub, "verify", "prove that the scheduler places jobs inside the intended slices")
     engines = v.add_subparsers(dest="engine", required=True, metavar="ENGINE")

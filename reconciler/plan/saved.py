@@ -48,7 +48,6 @@ apply refuses it, as it refuses every config dir without slurm.conf (``applyguar
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +65,23 @@ from reconciler.text.yamlsource import display_path, read_json_object
 
 #: The paths a plan is made with: ``PlannedWith`` field, the flag that sets it, in words.
 PATHS = (("inventory", "--inventory", "inventory"), ("slurm_config_dir", "--slurm-config-dir", "Slurm config dir"))
-#: The switches a plan is made with: ``PlannedWith`` field (and ``argparse`` dest), flag.
+#: The switches a plan is made with: ``PlannedWith`` field (and ``Given`` field), flag.
 SWITCHES = (("offline", "--offline"), ("force_conflicts", "--force-conflicts"), ("prune_empty", "--prune-empty"))
 #: Largest plan file read (bytes): a fleet's plan holds whole diffs of its topology and IMEX maps.
 MAX_PLAN_BYTES = 1024 * 1024 * 1024
 AGAIN = "run `rackctl plan -f INTENT --out FILE` again, review it, and apply that file"
+
+
+@dataclass(frozen=True)
+class Given:
+    """What ``apply --plan`` was given, for ``check_given``: the ``--inventory`` and
+    ``--slurm-config-dir`` overrides (None: the intent's) and the switches (``SWITCHES``)."""
+
+    inventory: str | None
+    slurm_config_dir: str | None
+    offline: bool
+    force_conflicts: bool
+    prune_empty: bool
 
 
 @dataclass(frozen=True)
@@ -85,22 +96,22 @@ class SavedPlan:
     codes: frozenset[str] = frozenset()  # the codes of its diagnostics
 
 
-def load_for_apply(args: argparse.Namespace) -> SavedPlan:
-    """Read the saved plan ``args.plan`` for ``apply``; set ``args.allow_destructive`` from it and
-    ``args.confirmed_destructive``: whether ``--allow-destructive`` was given again
-    (``check_destructive``). The other settings stay as given: ``check_given`` compares them.
+def load_for_apply(name: str, *, drain_first: bool, confirmed_destructive: bool) -> SavedPlan:
+    """Read the saved plan ``name`` for ``apply``, which then plans with the plan's own
+    ``provenance.planned_with.allow_destructive``; ``confirmed_destructive``: whether
+    ``--allow-destructive`` was given again (``check_destructive``). The other settings are
+    compared by ``check_given``.
 
-    Raises ``InputError`` for ``--drain-first`` beside ``--plan``, for a plan file that cannot be
-    applied (see ``read``) and for a plan that needs ``--allow-destructive`` again."""
-    if args.drain_first:
+    Raises ``InputError`` for ``--drain-first`` (``drain_first``) beside ``--plan``, for a plan
+    file that cannot be applied (see ``read``) and for a plan that needs ``--allow-destructive``
+    again."""
+    if drain_first:
         raise InputError("cannot be combined with --plan: a saved plan is applied with the settings it was made with",
                          field="--drain-first",
                          hint="--drain-first is an apply of its own: run `rackctl apply --drain-first` without --plan")
-    saved = read(args.plan)
-    made = saved.provenance.planned_with
-    args.confirmed_destructive = args.allow_destructive
-    check_destructive(saved.name, made.allow_destructive, saved.codes, confirmed=args.confirmed_destructive)
-    args.allow_destructive = made.allow_destructive
+    saved = read(name)
+    check_destructive(saved.name, saved.provenance.planned_with.allow_destructive, saved.codes,
+                      confirmed=confirmed_destructive)
     return saved
 
 
@@ -154,12 +165,12 @@ def read(name: str) -> SavedPlan:
     return saved
 
 
-def check_settings(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> None:
+def check_settings(saved: SavedPlan, intent: Intent, given: Given) -> None:
     """Refuse what the plan file, the intent and apply's options alone show, before ``apply``
     takes the lock or reads anything live: a plan for another cluster, a ``provenance.planned_with``
     path (the inventory; the Slurm config dir, unless the plan found it missing too) that names
     nothing now, and settings not given again (``check_given``). ``intent``: as loaded with
-    apply's ``--inventory`` and ``--slurm-config-dir`` (``args``).
+    apply's ``--inventory`` and ``--slurm-config-dir`` (``given``).
 
     Raises ``RackctlError`` for another cluster and ``InputError`` naming the plan file and the
     ``provenance.planned_with`` field for a missing path: "missing now" when the intent names that
@@ -182,7 +193,7 @@ def check_settings(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -
                          f"not exist), and the intent names another; nothing was applied", file=saved.name,
                          field=field, hint=f"the plan file was edited, or the {what} it was planned with moved since; "
                          + AGAIN)
-    check_given(saved, intent, args)
+    check_given(saved, intent, given)
 
 
 def _named(intent: Intent, key: str) -> Path | None:
@@ -190,10 +201,10 @@ def _named(intent: Intent, key: str) -> Path | None:
     return intent.inventory_path if key == "inventory" else intent.slurm.config_dir if intent.slurm_enabled else None
 
 
-def check_given(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> None:
+def check_given(saved: SavedPlan, intent: Intent, given: Given) -> None:
     """Refuse ``saved`` unless apply was given the settings it was made with: each path (``PATHS``)
-    that ``intent`` (as loaded with ``args``) names must be the one recorded, and each switch
-    (``SWITCHES``) in ``args`` must be as recorded. A path of the plan's that is not the intent's,
+    that ``intent`` (as loaded with ``given``) names must be the one recorded, and each switch
+    (``SWITCHES``) in ``given`` must be as recorded. A path of the plan's that is not the intent's,
     or a switch it was made with, must be given again; a flag given that it was not made with is
     refused as another plan. Raises ``InputError`` naming every setting and the flags to give."""
     made = saved.provenance.planned_with
@@ -206,14 +217,14 @@ def check_given(saved: SavedPlan, intent: Intent, args: argparse.Namespace) -> N
         then = resolve(recorded, intent.path)
         if then.resolve() == now.resolve():
             continue
-        if getattr(args, key) is None:
+        if getattr(given, key) is None:
             missing.append((f"{_typed(flag, then)} (the intent says {display_path(now)})", _typed(flag, then)))
         else:
             other.append((f"with the {what} {display_path(then)}, not {_typed(flag, now)}", _typed(flag, now)))
     for key, flag in SWITCHES:
-        if getattr(made, key) and not getattr(args, key):
+        if getattr(made, key) and not getattr(given, key):
             missing.append((flag, flag))
-        elif getattr(args, key) and not getattr(made, key):
+        elif getattr(given, key) and not getattr(made, key):
             other.append((f"without {flag}", flag))
     if other:
         raise InputError(f"the saved plan {saved.name} was made {_listed(w for w, _ in other)}; a saved plan is "

@@ -1,0 +1,19 @@
+"""How argparse dispatches a command: its parsed arguments become the command's typed options."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: ``options``, a frozen dataclass whose fields are argparse destinations, and
+    ``run(options) -> exit code``, raising ``RackctlError`` for ``cli.main`` to report."""
+
+    options: type
+    run: Callable[[Any], int]
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.run(self.options(**{f.name: getattr(args, f.name) for f in fields(self.options)}))

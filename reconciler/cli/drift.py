@@ -1,0 +1,39 @@
+"""``rackctl drift``: drift of the managed files, Kubernetes objects and hardware, as a plan view."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from reconciler.cli.command import Command
+from reconciler.cli.plan import add_view_options
+from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
+from reconciler.engine import snapshot
+from reconciler.views import report
+
+
+@dataclass(frozen=True)
+class Options(RunOptions):
+    """A run's options and the view (as ``plan``'s, without ``--out``)."""
+
+    live_snapshot: str | None
+    show_users: bool
+    format: str
+
+
+def add_parser(sub, make_sub) -> None:
+    """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
+    sub-parser factory)."""
+    c = make_sub(sub, "drift", "report drift of managed files, Kubernetes objects and hardware")
+    add_run_options(c, apply=False)
+    add_view_options(c)
+    c.set_defaults(func=Command(Options, run))
+
+
+def run(options: Options) -> int:
+    intent = options.intent()
+    planned = compute_run(intent, options.state(intent), offline=options.offline, show_users=options.show_users,
+                          kube=options.kube(), snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline),
+                          allow_destructive=options.allow_destructive, timeout_s=options.timeout)
+    sys.stdout.write(report.render(planned.plan, options.format, command="drift"))
+    return planned.plan.drift_exit_code()

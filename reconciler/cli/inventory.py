@@ -1,0 +1,81 @@
+"""``rackctl inventory``: captured ``nvidia-smi -q`` text (or Kubernetes Node objects) -> NodeReports."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.cli import collect as collectcmd
+from reconciler.cli.command import Command
+from reconciler.errors import InputError
+from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
+from reconciler.inventory.store import check_node
+from reconciler.text.yamlsource import display_path, read_text
+from reconciler.views import progress
+
+MAX_CAPTURE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    """``captures``: one file per host; ``from_nodes``: a Node list instead; ``out`` or
+    ``out_dir``: where the reports go; ``hostname``: the host of a single capture."""
+
+    captures: list[str]
+    from_nodes: str | None
+    out: str | None
+    out_dir: str | None
+    hostname: str | None
+
+
+def add_parser(sub, make_sub) -> None:
+    """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
+    sub-parser factory)."""
+    i = make_sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
+    i.add_argument("captures", nargs="*", metavar="CAPTURE", help="one file per host; host name = file name "
+                   "without .txt/.log")
+    i.add_argument("--from-nodes", metavar="NODES", help="instead: Kubernetes Node objects (a NodeList, "
+                   "`kubectl get nodes -o yaml|json`, or one Node) -> NodeReports from their labels")
+    out = i.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
+    out.add_argument("--out", metavar="FILE", help="write one inventory file")
+    i.add_argument("--hostname", help="host name for a single capture")
+    i.set_defaults(func=Command(Options, run))
+
+
+def run(options: Options) -> int:
+    for flag, value in (("--out", options.out), ("--out-dir", options.out_dir)):
+        if value == "":
+            raise InputError("an empty path; expected a file or folder name", field=flag)
+    collectcmd.check_outputs(options)
+    if options.from_nodes is not None:
+        return collectcmd.inventory_from_nodes(options)
+    if not options.captures:
+        raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
+    if options.hostname and len(options.captures) > 1:
+        raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
+    nodes, seen = [], {}
+    with progress.bar("reading captures") as bar:
+        for done, cap in enumerate(options.captures):
+            if bar.callback is not None:
+                bar.callback(done, len(options.captures))
+            path = Path(cap)
+            host = options.hostname or _host_from_name(path.name)
+            if host in seen:
+                raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
+            seen[host] = cap
+            text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
+            node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
+            check_node(node, file=cap, place=cap)
+            nodes.append(node)
+    written = collectcmd.write_reports(nodes, options)
+    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return 0
+
+
+def _host_from_name(name: str) -> str:
+    for suffix in (".txt", ".log"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name

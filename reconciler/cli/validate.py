@@ -1,0 +1,44 @@
+"""``rackctl validate``: check an intent without discovery (schema, names, references, slicing)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from reconciler.cli.command import Command
+from reconciler.intent.model import block_sizes, load_intent
+from reconciler.text.yamlsource import display_path
+from reconciler.views import report
+
+
+@dataclass(frozen=True)
+class Options:
+    """``file``: the intent; ``format``: text | json | yaml."""
+
+    file: str
+    format: str
+
+
+def add_parser(sub, make_sub) -> None:
+    """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
+    sub-parser factory)."""
+    v = make_sub(sub, "validate", "check an intent without discovery (schema, names, references, slicing)")
+    v.add_argument("-f", "--file", required=True, metavar="INTENT")
+    v.add_argument("--format", choices=("text", "json", "yaml"), default="text",
+                   help="a line (default), or the same facts as one JSON or YAML document")
+    v.set_defaults(func=Command(Options, run))
+
+
+def run(options: Options) -> int:
+    intent = load_intent(options.file)
+    sizes = block_sizes(intent) if intent.slurm_enabled else None
+    targets = [t for t, on in (("slurm", intent.slurm_enabled), ("kubernetes", intent.kubernetes is not None)) if on]
+    if options.format in ("json", "yaml"):
+        sys.stdout.write(report.dump({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
+                                      "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes},
+                                     options.format))
+    else:
+        what = f", BlockSizes={','.join(map(str, sizes))}" if sizes else ""
+        print(f"{display_path(intent.path)}: valid — cluster {intent.name}, {len(intent.racks)} rack(s), "
+              f"{len(intent.tiers)} tier(s), targets {' and '.join(targets)}{what}")
+    return 0
