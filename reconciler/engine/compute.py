@@ -23,13 +23,14 @@ from reconciler.layout import freshness
 from reconciler.layout.nodestates import NodePlan, plan_nodes
 from reconciler.layout.planner import DesiredSlurm, History, plan_slurm
 from reconciler.plan import blastradius, provenance
-from reconciler.plan.model import Plan, build_plan
+from reconciler.plan.model import Plan
 from reconciler.state.statedir import AppliedRecord, StateDir
 from reconciler.targets.kubernetes import sync as kubesync
 from reconciler.targets.kubernetes.sync import KubeOptions, KubePass
 from reconciler.targets.slurm import controller as slurm_controller, controllercheck, imexcheck, target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.controller import Controller
+from reconciler.targets.slurm.diff import build_plan
 from reconciler.targets.slurm.render import SAFE_PATH, render_slurm
 from reconciler.targets.slurm.target import LiveSlurm
 
