@@ -1,16 +1,15 @@
-"""The fan-out commands of the CLI: ``rackctl collect slurm|kubernetes`` and ``rackctl inventory --from-nodes``.
-
-Kept beside ``cli.py`` (which registers them) so that the command table stays short. Each
-command is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
-"""
+"""The fan-out commands of the CLI, ``rackctl collect slurm|kubernetes``, and the inventory output
+checks and writes that every command producing NodeReports shares."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli.command import Command
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.guard import deadline, outputs
 from reconciler.guard.untrusted import shown
@@ -48,8 +47,35 @@ exit codes:
 """
 
 
+@dataclass(frozen=True)
+class SlurmOptions:
+    """``nodelist`` (a Slurm host list) and/or ``partition``: the nodes; ``out`` or ``out_dir``:
+    where the reports go; ``timeout``: seconds srun may run (None: the default); ``agent``: the
+    rackctl executable on the nodes."""
+
+    nodelist: str | None
+    partition: str | None
+    out: str | None
+    out_dir: str | None
+    timeout: float | None
+    agent: str
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """``label_selector``: only these Nodes; ``from_file``: a recorded NodeList instead of the API;
+    ``out`` or ``out_dir``: where the reports go; ``timeout``: the list's deadline (seconds)."""
+
+    label_selector: str | None
+    from_file: str | None
+    out: str | None
+    out_dir: str | None
+    timeout: float | None
+
+
 def add_parser(sub, make_sub) -> None:
-    """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub``
+    (``make_sub``: ``cli.main``'s sub-parser factory)."""
     c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
     engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")
     s = engines.add_parser("slurm", help="through srun, one task per node", description=COLLECT_SLURM_HELP,
@@ -64,7 +90,7 @@ def add_parser(sub, make_sub) -> None:
                    "have not reported by then are listed as failed); default: %g" % slurm_collect.DEFAULT_TIMEOUT_S)
     s.add_argument("--agent", default="rackctl", metavar="CMD",
                    help="the rackctl executable on the nodes (default %(default)s)")
-    s.set_defaults(func=cmd_collect_slurm)
+    s.set_defaults(func=Command(SlurmOptions, run_slurm))
     k = engines.add_parser("kubernetes", help="read the reports the agent DaemonSet published on the Nodes",
                            description=COLLECT_K8S_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     k.add_argument("--label-selector", metavar="SEL", help="only the Nodes matching SEL (as kubectl -l)")
@@ -76,33 +102,33 @@ def add_parser(sub, make_sub) -> None:
     k.add_argument("--timeout", metavar="DURATION", type=deadline.timeout_arg, default=deadline.DEFAULT_TIMEOUT,
                    help="the deadline of listing the Nodes (90s, 10m, 1h; default %(default)s): a list still "
                    "running when it passes fails with nothing written (exit 1)")
-    k.set_defaults(func=cmd_collect_kubernetes)
+    k.set_defaults(func=Command(KubernetesOptions, run_kubernetes))
 
 
-def cmd_collect_slurm(args: argparse.Namespace) -> int:
-    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--nodelist", args.nodelist)):
+def run_slurm(options: SlurmOptions) -> int:
+    for flag, value in (("--out", options.out), ("--out-dir", options.out_dir), ("--nodelist", options.nodelist)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    if args.timeout is not None and not args.timeout > 0:
-        raise InputError(f"{args.timeout}; expected a positive number of seconds", field="--timeout")
-    check_outputs(args)
-    if args.nodelist is not None:
-        nodes = sorted(set(hostlist.expand(args.nodelist, field="--nodelist")), key=hostlist.natural_key)
-    elif args.partition:
-        nodes = slurm_collect.partition_nodes(args.partition)
+    if options.timeout is not None and not options.timeout > 0:
+        raise InputError(f"{options.timeout}; expected a positive number of seconds", field="--timeout")
+    check_outputs(options.out, options.out_dir)
+    if options.nodelist is not None:
+        nodes = sorted(set(hostlist.expand(options.nodelist, field="--nodelist")), key=hostlist.natural_key)
+    elif options.partition:
+        nodes = slurm_collect.partition_nodes(options.partition)
     else:
         raise InputError("say which nodes: --nodelist HOSTLIST and/or --partition P", field="--nodelist")
     slurm_collect.require_srun()
     print(f"collecting from {len(nodes)} node(s) with srun...", file=sys.stderr)
     with progress.bar("collecting NodeReports") as bar:
-        result = slurm_collect.collect(nodes, partition=args.partition, timeout=args.timeout, agent=args.agent,
+        result = slurm_collect.collect(nodes, partition=options.partition, timeout=options.timeout, agent=options.agent,
                                        on_progress=bar.callback)
     failed = slurm_collect.summary(result)
     if not result.nodes:
         why = f"srun exit {result.srun_exit}: {result.srun_stderr}" if result.srun_exit else "see the list below"
         raise RackctlError(f"no node reported ({why}); nothing written\n" + "\n".join(failed[:50]) +
                            (f"\n  ... and {len(failed) - 50} more" if len(failed) > 50 else ""))
-    written = write_reports(result.nodes, args)
+    written = write_reports(result.nodes, options.out, options.out_dir)
     print(f"wrote {len(result.nodes)} NodeReport(s) of {len(nodes)} node(s) to {len(written)} file(s)",
           file=sys.stderr)
     if failed:
@@ -112,19 +138,19 @@ def cmd_collect_slurm(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
-    for flag, value in (("--out", args.out), ("--out-dir", args.out_dir), ("--from-file", args.from_file),
-                        ("--label-selector", args.label_selector)):
+def run_kubernetes(options: KubernetesOptions) -> int:
+    for flag, value in (("--out", options.out), ("--out-dir", options.out_dir), ("--from-file", options.from_file),
+                        ("--label-selector", options.label_selector)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    check_outputs(args)
-    if args.from_file is not None:
-        if args.label_selector is not None:
+    check_outputs(options.out, options.out_dir)
+    if options.from_file is not None:
+        if options.label_selector is not None:
             raise InputError("filters the live Node list only; record a filtered list with `kubectl get nodes "
                              "-l SEL -o yaml`", field="--label-selector")
-        objects, name = labels.load_node_objects(Path(args.from_file))
+        objects, name = labels.load_node_objects(Path(options.from_file))
     else:
-        objects, name = list_live_nodes(args.label_selector, args.timeout), "<kubernetes API>"
+        objects, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
     nodes, missing, notes, warnings = [], [], [], []
     seen: dict[str, str] = {}
@@ -159,7 +185,7 @@ def cmd_collect_kubernetes(args: argparse.Namespace) -> int:
         more = [f"  ... and {len(missing) - 50} more"] if len(missing) > 50 else []
         raise RackctlError("\n".join([f"no node reported ({len(objects)} Node(s) listed); nothing written",
                                       *missing[:50], *more]))
-    written = write_reports(nodes, args)
+    written = write_reports(nodes, options.out, options.out_dir)
     print(f"wrote {len(nodes)} NodeReport(s) of {len(objects)} node(s) to {len(written)} file(s)", file=sys.stderr)
     if missing:
         print(f"warning: {len(missing)} node(s) have no report:", file=sys.stderr)
@@ -206,37 +232,20 @@ def list_live_nodes(selector: str | None, timeout_s: float) -> list[dict[str, An
                                                 "rackctl-collector)") from None
 
 
-def check_outputs(args: argparse.Namespace) -> None:
+def check_outputs(out: str | None, out_dir: str | None) -> None:
     """Check ``--out FILE`` / ``--out-dir DIR`` of a command that writes an inventory, before any
     work (``outputs.check_out_file``/``check_out_dir``). Raises ``InputError`` or ``OSError``."""
-    outputs.check_out_file(args.out, hint="--out names one inventory file; for one file per host use --out-dir DIR")
-    outputs.check_out_dir(args.out_dir)
+    outputs.check_out_file(out, hint="--out names one inventory file; for one file per host use --out-dir DIR")
+    outputs.check_out_dir(out_dir)
 
 
-def write_reports(nodes: list[dict], args: argparse.Namespace) -> list[Path]:
-    """``store.write_inventory`` to ``args.out_dir`` or ``args.out``, with a progress bar for a
-    folder. Returns the paths written; raises ``OSError``."""
+def write_reports(nodes: list[dict], out: str | None, out_dir: str | None) -> list[Path]:
+    """``store.write_inventory`` to ``out_dir`` or ``out``, with a progress bar for a folder.
+    Returns the paths written; raises ``OSError``."""
     with progress.bar("writing NodeReports") as bar:
-        return write_inventory(nodes, out_dir=Path(args.out_dir) if args.out_dir is not None else None,
-                               out_file=Path(args.out) if args.out is not None else None, on_progress=bar.callback)
+        return write_inventory(nodes, out_dir=Path(out_dir) if out_dir is not None else None,
+                               out_file=Path(out) if out is not None else None, on_progress=bar.callback)
 
 
 def _hosts(failures: dict[str, str]) -> list[str]:
     return [h for h in failures if not h.startswith("task ")]
-
-
-def inventory_from_nodes(args: argparse.Namespace) -> int:
-    """``rackctl inventory --from-nodes FILE``: Kubernetes Node objects -> NodeReports."""
-    if args.captures or args.hostname:
-        raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
-                         field="--from-nodes")
-    objects, name = labels.load_node_objects(Path(args.from_nodes))
-    nodes, notes = labels.reports_from_nodes(objects, file=name)
-    if not nodes:
-        raise InputError("no Node with GPUs (nvidia.com/gpu.count, nvidia.com/gpu.clique, Topograph domain "
-                         "or nvidia.com/gpu capacity); nothing written", file=name)
-    for note in notes:
-        print(shown(f"note: {note}"), file=sys.stderr)
-    written = write_reports(nodes, args)
-    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
-    return 0

@@ -33,7 +33,8 @@ def add_parser(sub, make_sub) -> None:
 def run(options: Options) -> int:
     intent = options.intent()
     planned = compute_run(intent, options.state(intent), offline=options.offline, show_users=options.show_users,
-                          kube=options.kube(), snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline),
+                          kube=options.kube(),
+                          snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline),
                           allow_destructive=options.allow_destructive, timeout_s=options.timeout)
     sys.stdout.write(report.render(planned.plan, options.format, command="drift"))
     return planned.plan.drift_exit_code()

@@ -1,14 +1,10 @@
-"""``rackctl import``: adopt a running cluster (``reconciler.adopt``) on the command line.
-
-Kept beside ``cli.py`` (which registers it) so that the command table stays short. The command
-is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
-"""
+"""``rackctl import``: adopt a running cluster (``reconciler.adopt``) on the command line."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.adopt.check import adopt
@@ -16,6 +12,7 @@ from reconciler.adopt.draft import infer
 from reconciler.adopt.live import read_config
 from reconciler.adopt.racks import SELECTS
 from reconciler.adopt.yamltext import Paths
+from reconciler.cli.command import Command
 from reconciler.diagnostics import INFO, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import build_fabric
@@ -51,8 +48,23 @@ exit codes:
 """
 
 
+@dataclass(frozen=True)
+class Options:
+    """``slurm_config_dir`` and ``inventory``: the cluster to adopt; ``out``: the intent file to
+    write; ``name`` and ``slurm_version`` (None: inferred); ``state_dir`` (None: the default);
+    ``select``: the rack selector (``SELECTS``)."""
+
+    slurm_config_dir: str
+    inventory: str
+    out: str
+    name: str | None
+    slurm_version: str | None
+    state_dir: str | None
+    select: str
+
+
 def add_parser(sub, make_sub) -> None:
-    """Register ``import`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    """Register ``import`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     p = make_sub(sub, "import", "write an intent that reproduces a running cluster (its first plan is empty)")
     p.description = IMPORT_HELP
     p.add_argument("--slurm-config-dir", required=True, metavar="DIR", help="the controller's Slurm config dir, or "
@@ -68,37 +80,37 @@ def add_parser(sub, make_sub) -> None:
                    f"(the state dir apply uses); {STATE_DIR_DEFAULT}")
     p.add_argument("--select", choices=SELECTS, default="auto", help="rack selector: hosts, clusterUUID, or auto "
                    "(default: clusterUUID where the live block names carry it, else hosts)")
-    p.set_defaults(func=cmd_import)
+    p.set_defaults(func=Command(Options, run))
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    for flag, value in (("--slurm-config-dir", args.slurm_config_dir), ("--inventory", args.inventory),
-                        ("--out", args.out), ("--name", args.name), ("--version", args.slurm_version),
-                        ("--state-dir", args.state_dir)):
+def run(options: Options) -> int:
+    for flag, value in (("--slurm-config-dir", options.slurm_config_dir), ("--inventory", options.inventory),
+                        ("--out", options.out), ("--name", options.name), ("--version", options.slurm_version),
+                        ("--state-dir", options.state_dir)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    out, inventory, given = Path(args.out), Path(args.inventory), Path(args.slurm_config_dir)
-    outputs.check_out_file(args.out)  # a folder in the way fails before any work
+    out, inventory, given = Path(options.out), Path(options.inventory), Path(options.slurm_config_dir)
+    outputs.check_out_file(options.out)  # a folder in the way fails before any work
     outputs.refuse_inputs(out, field="--out", files=(inventory if inventory.is_file() else None,),
                           dirs=(given, inventory if inventory.is_dir() else None))
-    cfg = read_config(given, args.slurm_version)
+    cfg = read_config(given, options.slurm_version)
     with progress.bar("reading inventory") as bar:
         fabric = build_fabric(load_inventory(inventory, on_progress=bar.callback))
-    draft = infer(cfg, fabric, name=args.name, select=args.select)
+    draft = infer(cfg, fabric, name=options.name, select=options.select)
     # Per-job IMEX renders configDir into PrologSlurmctld=: the controller's dir, as the include file names it.
     config_dir = draft.config_dir or (str(given) if given.is_absolute() else
                                       os.path.relpath(cfg.config_dir, out.resolve().parent))
     if draft.config_dir is not None and Path(draft.config_dir) != cfg.config_dir:
         draft.findings.append(Diagnostic(INFO, "import-config-dir", f"{cfg.include_file} runs PrologSlurmctld from "
                                          f"{draft.config_dir}: that is configDir (the controller's config dir); plan "
-                                         f"the copy import read with --slurm-config-dir {args.slurm_config_dir}",
+                                         f"the copy import read with --slurm-config-dir {options.slurm_config_dir}",
                                          "targets.slurm.configDir"))
     rel_inventory = os.path.relpath(inventory.resolve(), out.resolve().parent) + ("/" if inventory.is_dir() else "")
-    paths = Paths(rel_inventory, config_dir, f"the Slurm config dir {args.slurm_config_dir} and the inventory "
-                  f"{args.inventory}")
+    paths = Paths(rel_inventory, config_dir, f"the Slurm config dir {options.slurm_config_dir} and the inventory "
+                  f"{options.inventory}")
     result = adopt(draft, fabric, out, paths)
     adopted = {name: digest(data) for name, data in cfg.live.files.items() if data is not None}
-    state = open_state(args.state_dir, draft.name)
+    state = open_state(options.state_dir, draft.name)
     with state.lock():  # an apply writing its record meanwhile would make this one a lie
         atomic_write(out, result.text.encode())
         state.write_adopted(cfg.live.config_dir, adopted)
@@ -111,8 +123,8 @@ def cmd_import(args: argparse.Namespace) -> int:
               f"{display_path(state.path / 'adopted.json')}, so apply replaces them without --take-over.",
               file=sys.stderr)
     changes = sum(d.severity != INFO for d in result.first_plan)
-    print(f"Wrote {args.out}: cluster {draft.name}, {len(draft.racks)} rack(s), {len(draft.tiers)} tier(s), "
-          f"maxJobSpan {result.span}. Its first plan against {args.slurm_config_dir} "
+    print(f"Wrote {options.out}: cluster {draft.name}, {len(draft.racks)} rack(s), {len(draft.tiers)} tier(s), "
+          f"maxJobSpan {result.span}. Its first plan against {options.slurm_config_dir} "
           + (f"shows the {changes} change(s) or error(s) listed above." if changes else
              "changes no block or partition" + (" (comment lines only, see above)." if result.first_plan else "."))
           , file=sys.stderr)

@@ -9,6 +9,8 @@ from pathlib import Path
 from reconciler.cli import collect as collectcmd
 from reconciler.cli.command import Command
 from reconciler.errors import InputError
+from reconciler.guard.untrusted import shown
+from reconciler.inventory import labels
 from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.store import check_node
 from reconciler.text.yamlsource import display_path, read_text
@@ -48,9 +50,9 @@ def run(options: Options) -> int:
     for flag, value in (("--out", options.out), ("--out-dir", options.out_dir)):
         if value == "":
             raise InputError("an empty path; expected a file or folder name", field=flag)
-    collectcmd.check_outputs(options)
+    collectcmd.check_outputs(options.out, options.out_dir)
     if options.from_nodes is not None:
-        return collectcmd.inventory_from_nodes(options)
+        return _from_nodes(options)
     if not options.captures:
         raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if options.hostname and len(options.captures) > 1:
@@ -69,7 +71,7 @@ def run(options: Options) -> int:
             node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
             check_node(node, file=cap, place=cap)
             nodes.append(node)
-    written = collectcmd.write_reports(nodes, options)
+    written = collectcmd.write_reports(nodes, options.out, options.out_dir)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return 0
 
@@ -79,3 +81,20 @@ def _host_from_name(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def _from_nodes(options: Options) -> int:
+    """``rackctl inventory --from-nodes FILE``: Kubernetes Node objects -> NodeReports."""
+    if options.captures or options.hostname:
+        raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
+                         field="--from-nodes")
+    objects, name = labels.load_node_objects(Path(options.from_nodes))
+    nodes, notes = labels.reports_from_nodes(objects, file=name)
+    if not nodes:
+        raise InputError("no Node with GPUs (nvidia.com/gpu.count, nvidia.com/gpu.clique, Topograph domain "
+                         "or nvidia.com/gpu capacity); nothing written", file=name)
+    for note in notes:
+        print(shown(f"note: {note}"), file=sys.stderr)
+    written = collectcmd.write_reports(nodes, options.out, options.out_dir)
+    print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
+    return 0

@@ -14,7 +14,6 @@ from reconciler.cli import (apply as applycmd, collect as collectcmd, discover a
                             history as historycmd, import_ as importcmd, inventory as inventorycmd, plan as plancmd,
                             reconcile as reconcilecmd, simulate as simulatecmd, snapshot as snapshotcmd,
                             validate as validatecmd, verify as verifycmd, view as viewcmd)
-from reconciler.cli.run_options import add_run_options
 from reconciler.engine import gcpause
 from reconciler.errors import RackctlError, os_error_text
 from reconciler.guard import redact
@@ -120,8 +119,7 @@ def _parser() -> argparse.ArgumentParser:
 
     for command in (validatecmd, inventorycmd, discovercmd, simulatecmd, collectcmd, verifycmd, importcmd):
         command.add_parser(sub, _sub)
-    viewcmd.add_view_parsers(sub, add_run_options)
-    for command in (reconcilecmd, historycmd, snapshotcmd, plancmd, applycmd, driftcmd):
+    for command in (viewcmd, reconcilecmd, historycmd, snapshotcmd, plancmd, applycmd, driftcmd):
         command.add_parser(sub, _sub)
     _no_progress_everywhere(p)
     return p

@@ -67,20 +67,23 @@ def add_parser(sub, make_sub) -> None:
 
 
 def run(options: Options) -> int:
-    spec = SimSpec(racks=options.racks, trays=options.trays, gpus=options.gpus, cliques=options.cliques, seed=options.seed,
+    spec = SimSpec(racks=options.racks, trays=options.trays, gpus=options.gpus, cliques=options.cliques,
+                   seed=options.seed,
                    host_format=options.host_format, collected_at=options.collected_at, missing=options.missing,
                    in_progress=options.in_progress, unhealthy=options.unhealthy, degraded=options.degraded,
                    miscabled=options.miscabled, duplicate_hostnames=options.duplicate_hostnames)
     if spec.duplicate_hostnames and options.out_dir is not None:
         raise InputError("duplicate host names cannot be one file per host; use --out", field="--out-dir")
-    collectcmd.check_outputs(options)  # before the intent is written: nothing is written on a bad path
+    # Before the intent is written: nothing is written on a bad path.
+    collectcmd.check_outputs(options.out, options.out_dir)
     outputs.check_out_file(options.intent, field="--intent")
     nodes, racks = simulate(spec)
     out = Path(options.out if options.out is not None else options.out_dir)
     if options.intent:
         intent_path = Path(options.intent)
         rel = os.path.relpath(out.resolve(), intent_path.resolve().parent)
-        atomic_write(intent_path, intent_yaml(spec, racks, rel + ("/" if options.out_dir else ""), options.select).encode())
-    written = collectcmd.write_reports(nodes, options)
+        text = intent_yaml(spec, racks, rel + ("/" if options.out_dir else ""), options.select)
+        atomic_write(intent_path, text.encode())
+    written = collectcmd.write_reports(nodes, options.out, options.out_dir)
     print(f"simulated {len(racks)} racks, {len(nodes)} NodeReports in {len(written)} file(s)", file=sys.stderr)
     return 0

@@ -1,17 +1,16 @@
 """``rackctl snapshot``: capture the live state an intent is planned against (``snapshot.py``),
 for ``rackctl plan --live-snapshot`` on a host that cannot reach the cluster.
 
-Kept beside ``cli.py`` (which registers it) so that the command table stays short. The command
-is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.cli.command import Command
 from reconciler.engine import compute as pipeline, snapshot
 from reconciler.errors import InputError
 from reconciler.guard import outputs
@@ -38,8 +37,21 @@ exit codes:
 """
 
 
+@dataclass(frozen=True)
+class Options:
+    """``file``: the intent; ``slurm_config_dir``: its override; ``offline``: leave the controller
+    out; how to reach the Kubernetes API server; ``out``: the snapshot's file (None: stdout)."""
+
+    file: str
+    slurm_config_dir: str | None
+    offline: bool
+    kubeconfig: str | None
+    context: str | None
+    out: str | None
+
+
 def add_parser(sub, make_sub) -> None:
-    """Register ``snapshot`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    """Register ``snapshot`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     p = make_sub(sub, "snapshot", "capture the live state (Slurm files and controller, Kubernetes objects) for "
                  "`plan --live-snapshot` where the cluster cannot be reached")
     p.description = SNAPSHOT_HELP
@@ -50,29 +62,29 @@ def add_parser(sub, make_sub) -> None:
                    "in-cluster config, else $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
     p.add_argument("--out", metavar="FILE", help="write the snapshot here (atomically) instead of standard output")
-    p.set_defaults(func=cmd_snapshot)
+    p.set_defaults(func=Command(Options, run))
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
+def run(options: Options) -> int:
     """``rackctl snapshot``: exit 0 when written; raises ``RackctlError`` (nothing written)."""
-    for flag, value in (("--file", args.file), ("--slurm-config-dir", args.slurm_config_dir),
-                        ("--kubeconfig", args.kubeconfig), ("--context", args.context), ("--out", args.out)):
+    for flag, value in (("--file", options.file), ("--slurm-config-dir", options.slurm_config_dir),
+                        ("--kubeconfig", options.kubeconfig), ("--context", options.context), ("--out", options.out)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    outputs.check_out_file(args.out)
-    intent = pipeline.load(args.file, inventory=None, config_dir=args.slurm_config_dir)
-    if args.out is not None:
+    outputs.check_out_file(options.out)
+    intent = pipeline.load(options.file, inventory=None, config_dir=options.slurm_config_dir)
+    if options.out is not None:
         inventory = intent.inventory_path  # not read here, but by every plan of the snapshot
         inv_dir = inventory if inventory is not None and inventory.is_dir() else None
-        outputs.refuse_inputs(args.out, field="--out", files=(intent.path, inventory if inv_dir is None else None),
+        outputs.refuse_inputs(options.out, field="--out", files=(intent.path, inventory if inv_dir is None else None),
                               dirs=(intent.slurm.config_dir if intent.slurm_enabled else None, inv_dir))
-    doc = snapshot.take(intent, kubesync.KubeOptions(args.kubeconfig, args.context), offline=args.offline)
+    doc = snapshot.take(intent, kubesync.KubeOptions(options.kubeconfig, options.context), offline=options.offline)
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
-    if args.out is not None:
-        atomic_write(Path(args.out), text.encode())
+    if options.out is not None:
+        atomic_write(Path(options.out), text.encode())
     else:
         sys.stdout.write(text)
-    print(_summary(intent, doc, args.out), file=sys.stderr)
+    print(_summary(intent, doc, options.out), file=sys.stderr)
     return 0
 
 

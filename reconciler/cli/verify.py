@@ -1,14 +1,12 @@
-"""``rackctl verify slurm``: the placement proof (``verify.py``) on the command line.
-
-Kept beside ``cli.py`` (which registers it) so that the command table stays short. The command
-is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
-"""
+"""``rackctl verify slurm``: the placement proof (``verify.py``) on the command line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
+from reconciler.cli.command import Command
 from reconciler.engine import compute as pipeline, verify
 from reconciler.errors import InputError
 from reconciler.state.migrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
@@ -41,8 +39,20 @@ exit codes:
 """
 
 
+@dataclass(frozen=True)
+class Options:
+    """``file``: the intent and its overrides (``inventory``, ``slurm_config_dir``); ``state_dir``
+    (None: the default); ``format``: text | json | yaml | markdown."""
+
+    file: str
+    inventory: str | None
+    slurm_config_dir: str | None
+    state_dir: str | None
+    format: str
+
+
 def add_parser(sub, make_sub) -> None:
-    """Register ``verify slurm`` on the top-level subparsers ``sub`` (``make_sub`` = cli._sub)."""
+    """Register ``verify slurm`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     v = make_sub(sub, "verify", "prove that the scheduler places jobs inside the intended slices")
     engines = v.add_subparsers(dest="engine", required=True, metavar="ENGINE")
     s = engines.add_parser("slurm", help="placement probes with sbatch --test-only", description=VERIFY_SLURM_HELP,
@@ -52,18 +62,18 @@ def add_parser(sub, make_sub) -> None:
     s.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
     s.add_argument("--state-dir", metavar="DIR", help=f"rackctl state (apply records); {STATE_DIR_DEFAULT}")
     s.add_argument("--format", choices=("text", "json", "yaml", "markdown"), default="text")
-    s.set_defaults(func=cmd_verify_slurm)
+    s.set_defaults(func=Command(Options, run))
 
 
-def cmd_verify_slurm(args: argparse.Namespace) -> int:
-    for flag, value in (("--file", args.file), ("--inventory", args.inventory),
-                        ("--slurm-config-dir", args.slurm_config_dir), ("--state-dir", args.state_dir)):
+def run(options: Options) -> int:
+    for flag, value in (("--file", options.file), ("--inventory", options.inventory),
+                        ("--slurm-config-dir", options.slurm_config_dir), ("--state-dir", options.state_dir)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
-    state = open_state(args.state_dir, intent.name)
+    intent = pipeline.load(options.file, inventory=options.inventory, config_dir=options.slurm_config_dir)
+    state = open_state(options.state_dir, intent.name)
     report = verify.run_verify(intent, state)
-    sys.stdout.write(verify.render(report, args.format))
+    sys.stdout.write(verify.render(report, options.format))
     if not report.passed:
         failed = [r for r in report.rows if r.verdict == verify.FAIL]
         print(f"error: {len(failed)} placement probe(s) failed: " +

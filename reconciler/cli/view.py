@@ -1,8 +1,7 @@
 """``rackctl report`` (an HTML page of the racks and the plan) and ``rackctl status`` (a table,
 one row per rack). Both plan like ``rackctl plan`` and write nothing but their output.
 
-Kept beside ``cli.py`` (which registers them) so that the command table stays short. A command
-is a function ``(args) -> exit code`` raising ``RackctlError`` for ``cli.main`` to report.
+The two share their options (``plan``'s, less ``--out`` and ``--show-users``) and this module.
 """
 
 from __future__ import annotations
@@ -10,18 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from reconciler.engine import compute as pipeline, snapshot
+from reconciler.cli.command import Command
+from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
+from reconciler.engine import compute, snapshot
 from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.guard.untrusted import shown
-from reconciler.state.migrate import open_state
-from reconciler.targets.kubernetes import sync as kubesync
-from reconciler.views import progress
 from reconciler.views.html import render_html
 from reconciler.views.rackview import COUNTED, FleetView, fleet_view
 from reconciler.views.report import summary_line
@@ -54,71 +53,85 @@ exit codes:
 """
 
 
-def add_view_parsers(sub, add_run_options) -> None:
-    """Register ``report`` and ``status`` on the top-level subparsers ``sub``, with the planning
-    options of ``plan`` (``add_run_options`` = cli.add_run_options)."""
+@dataclass(frozen=True)
+class StatusOptions(RunOptions):
+    """A run's options; ``live_snapshot``: read the live state from this file; ``format``: text
+    | json | yaml."""
+
+    live_snapshot: str | None
+    format: str
+
+
+@dataclass(frozen=True)
+class ReportOptions(StatusOptions):
+    """As ``status``'s; ``format``: html; ``out``: the page's file (None: standard output)."""
+
+    out: str | None
+
+
+def add_parser(sub, make_sub) -> None:
+    """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (their own help
+    layout: ``make_sub`` is not used)."""
     r = sub.add_parser("report", help="write an HTML page of the racks (trays by slice, health, drift) and the plan",
                        description=REPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_options(r, apply=False)
     r.add_argument("--format", choices=("html",), default="html", help="the page's format (default html)")
     r.add_argument("--out", metavar="FILE", help="write the page to FILE (atomically) instead of standard output")
-    r.set_defaults(func=cmd_report)
+    r.set_defaults(func=Command(ReportOptions, run_report))
     s = sub.add_parser("status", help="show one row per rack: slices, tiers, trays healthy/drained/pending/missing, "
                        "drift", description=STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_options(s, apply=False)
     s.add_argument("--format", choices=("text", "json", "yaml"), default="text",
                    help="a table (default), or the same numbers as one JSON or YAML document")
-    s.set_defaults(func=cmd_status)
+    s.set_defaults(func=Command(StatusOptions, run_status))
 
 
-def _run(args: argparse.Namespace) -> pipeline.Run:
-    """Plan as ``rackctl plan`` does with the same options."""
-    for flag, value in (("--file", args.file), ("--inventory", args.inventory), ("--slurm-config-dir",
-                        args.slurm_config_dir), ("--state-dir", args.state_dir), ("--kubeconfig", args.kubeconfig),
-                        ("--context", args.context), ("--out", getattr(args, "out", None))):
+def _run(options: StatusOptions, out: str | None = None) -> compute.Run:
+    """Plan as ``rackctl plan`` does with the same options; ``out``: the file the view goes to."""
+    for flag, value in (("--file", options.file), ("--inventory", options.inventory), ("--slurm-config-dir",
+                        options.slurm_config_dir), ("--state-dir", options.state_dir),
+                        ("--kubeconfig", options.kubeconfig), ("--context", options.context), ("--out", out)):
         if value == "":
             raise InputError("an empty value", field=flag)
-    outputs.check_out_file(getattr(args, "out", None))
-    intent = pipeline.load(args.file, inventory=args.inventory, config_dir=args.slurm_config_dir)
-    state = open_state(args.state_dir, intent.name)
-    outputs.refuse_run_inputs(getattr(args, "out", None), intent, state.path, field="--out")
-    with progress.bar("reading inventory") as bar:
-        return pipeline.compute(intent, state, offline=args.offline, kube=kubesync.KubeOptions(
-            args.kubeconfig, args.context, args.force_conflicts, args.prune_empty),
-            snapshot=snapshot.for_run(args.live_snapshot, intent, args.offline, getattr(args, "out", None)),
-            inventory_progress=bar.callback, allow_destructive=args.allow_destructive)
+    outputs.check_out_file(out)
+    intent = options.intent()
+    state = options.state(intent)
+    outputs.refuse_run_inputs(out, intent, state.path, field="--out")
+    return compute_run(intent, state, offline=options.offline, kube=options.kube(),
+                       snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, out),
+                       allow_destructive=options.allow_destructive, timeout_s=options.timeout)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def run_report(options: ReportOptions) -> int:
     """``rackctl report``: plan, then write the page to ``--out`` or standard output."""
-    run = _run(args)
+    run = _run(options, options.out)
     view = fleet_view(run)
     page = render_html(view, run.plan)
-    if args.out is not None:
-        atomic_write(Path(args.out), page.encode())
+    if options.out is not None:
+        atomic_write(Path(options.out), page.encode())
         totals = view.totals()
-        print(f"wrote the report of {totals['racks']} rack(s), {totals['trays']} tray(s) to {args.out}",
+        print(f"wrote the report of {totals['racks']} rack(s), {totals['trays']} tray(s) to {options.out}",
               file=sys.stderr)
     else:
         sys.stdout.write(page)
     return _errors(run)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def run_status(options: StatusOptions) -> int:
     """``rackctl status``: plan, then print the rack table (text) or its data (json, yaml)."""
-    run = _run(args)
+    run = _run(options)
     view = fleet_view(run)
-    if args.format == "text":
+    if options.format == "text":
         _print_table(view, summary_line(run.plan))
     else:
         doc = {"format_version": STATUS_FORMAT_VERSION, **view.to_json(), "summary": run.plan.summary(),
                "errors": [d.to_json() for d in run.plan.diagnostics if d.severity == "error"]}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json"
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n" if options.format == "json"
                          else yaml.safe_dump(doc, sort_keys=False))
     return _errors(run)
 
 
-def _errors(run: pipeline.Run) -> int:
+def _errors(run: compute.Run) -> int:
     """Exit 1 with one message when the plan has error diagnostics, else 0."""
     errors = [d for d in run.plan.diagnostics if d.severity == "error"]
     if not errors:

@@ -74,7 +74,8 @@ def run_pass(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, 
     log.event("info", "pass-start", cluster, mode=settings.mode, intent_digest=out.intent_digest)
     try:
         try:
-            intent, failure = compute.load(settings.file, inventory=settings.inventory, config_dir=settings.slurm_config_dir), None
+            intent = compute.load(settings.file, inventory=settings.inventory, config_dir=settings.slurm_config_dir)
+            failure = None
             out.cluster = intent.name
         except (RackctlError, OSError) as exc:  # the intent changed under a loop: recorded under the last name
             intent, failure = None, exc
@@ -111,7 +112,8 @@ def run_pass(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, 
 
 
 @contextlib.contextmanager
-def _leased(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, cluster: str) -> Iterator[leaselock.LeaseLock | None]:
+def _leased(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog,
+            cluster: str) -> Iterator[leaselock.LeaseLock | None]:
     """Hold the ``--lease`` Lease while the body runs (None without ``--lease``). Raises
     ``LeaseHeld`` when another pass holds it, ``InputError``/``TargetError`` when it cannot be
     reached. Renewal problems are logged as they happen (and kept in the lock's ``problems``)."""
