@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.cli.main import main
 from reconciler.diagnostics import SEVERITIES
-from reconciler.plan.model import ACTIONS, CAUSES, FORMAT_VERSION
+from reconciler.plan.model import FORMAT_VERSION, Action, Cause
 from reconciler.targets.slurm.target import parse_blocks
 from reconciler.text import hostlist
 
@@ -264,7 +264,7 @@ def test_json_plan_vocabulary(site: Site) -> None:
         assert set(doc) >= {"cluster", "target", "summary", "changes", "drift", "node_states", "block_sizes",
                             "diagnostics"}
         for c in doc["changes"]:
-            assert c["action"] in ACTIONS and c["cause"] in CAUSES, c
+            assert c["action"] in set(Action) and c["cause"] in set(Cause), c
             assert c["address"] == f"slurm/{c['kind']}/{c['address'].rsplit('/', 1)[1]}"
             assert ("diff" in c) == (c["kind"] == "file")
             kinds_seen.add(c["kind"]), actions_seen.add(c["action"]), causes_seen.add(c["cause"])

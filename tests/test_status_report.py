@@ -4,6 +4,7 @@ determinism and size; drift, live controller and Kubernetes states on the racks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -211,11 +212,12 @@ def test_a_fleet_page_is_compact_and_linear_in_trays(tmp_path):
 
 def test_drained_and_down_on_the_controller_mark_the_trays(tmp_path):
     run = plan_run(intent_of("dc1-gb200"), tmp_path)
-    run.plan.controller = ControllerView("24.11.5", blocks=[
+    controller = ControllerView("24.11.5", blocks=[
         {"block": "r01-s0", "nodes": 9, "allocated": 0, "powered_down": 0, "down": [
             {"node": "gb-r01-n02", "reason": "Not responding"}],
          "drained": [{"node": "gb-r01-n03", "reason": "<b>bad DIMM</b> & fans", "by": "alice"},
                      {"node": "gb-r01-n04", "reason": "rackctl: unhealthy", "by": "root"}]}])
+    run.plan = dataclasses.replace(run.plan, slurm=dataclasses.replace(run.plan.slurm, controller=controller))
     view = fleet_view(run)
     r01 = {t.host: t for t in view.racks[0].trays}
     assert (r01["gb-r01-n02"].state, r01["gb-r01-n02"].marks) == ("drained", ("down",))

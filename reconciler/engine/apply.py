@@ -88,7 +88,8 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOpti
         raise RackctlError("the inventory is stale or incomplete (see above); nothing was applied",
                            hint="re-collect the reports, or pass --allow-stale-inventory to apply anyway")
     applyguard.check(run, take_over=settings.take_over)
-    busy = plan.controller.busy if plan.controller is not None and plan.file_changes else []
+    slurm = plan.slurm
+    busy = slurm.controller.busy if slurm and slurm.controller is not None and slurm.file_changes else []
     if busy:
         return _busy_reslice(run, busy, drain_first=settings.drain_first)
     if not plan.has_changes:
@@ -113,7 +114,7 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOpti
         _apply_slurm(run, reload=settings.reload)
     if run.kube is not None and run.kube.read:
         _apply_kubernetes(run, kube)
-    elif run.kube is not None and plan.kubernetes_changes:
+    elif plan.kubernetes is not None and plan.kubernetes.changes:
         print("Kubernetes: the changes above were listed, not applied (--offline).")
     count_pass(run)
     _print_pending(plan)
@@ -170,7 +171,7 @@ def _apply_slurm(run: compute.Run, *, reload: bool) -> None:
         imex_addresses=tuple((n.host, n.address) for n in run.desired.imex_nodes if n.address != n.host),
         verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
         log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
-        force_reload=bool(plan.controller_changes))
+        force_reload=bool(plan.slurm and plan.slurm.controller_changes))
     calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
     if result.written:
         how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"

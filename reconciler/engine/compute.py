@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from reconciler.diagnostics import INFO, SEVERITIES, WARNING, Diagnostic
+from reconciler.diagnostics import INFO, SEVERITIES, WARNING, Diagnostic, has_errors
 from reconciler.engine.snapshot import FUTURE_SKEW_S, STALE_AFTER_S, LiveSnapshot
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric, build_fabric
@@ -23,14 +23,14 @@ from reconciler.layout import freshness
 from reconciler.layout.nodestates import NodePlan, plan_nodes
 from reconciler.layout.planner import DesiredSlurm, History, plan_slurm
 from reconciler.plan import blastradius, provenance
-from reconciler.plan.model import Plan
+from reconciler.plan.model import KubernetesSection, Plan
 from reconciler.state.statedir import AppliedRecord, StateDir
 from reconciler.targets.kubernetes import sync as kubesync
 from reconciler.targets.kubernetes.sync import KubeOptions, KubePass
 from reconciler.targets.slurm import controller as slurm_controller, controllercheck, imexcheck, target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.controller import Controller
-from reconciler.targets.slurm.diff import build_plan
+from reconciler.targets.slurm.diff import build_section
 from reconciler.targets.slurm.render import SAFE_PATH, render_slurm
 from reconciler.targets.slurm.target import LiveSlurm
 
@@ -183,16 +183,15 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                                provenance.where(intent.slurm.config_dir, intent.path) if intent.slurm_enabled else None,
                                offline, kube.force_conflicts, kube.prune_empty,
                                                snapshot.taken_at if snapshot else None, allow_destructive))
-    plan = build_plan(intent, desired, files, live, record, diags, node_plan, source, view, adopted=adopted,
-                      reload=reload)
-    plan.drift += imex_drift
-    plan.show_users = show_users
+    slurm = (build_section(intent, desired, files, live, record, node_plan, view, adopted=adopted, reload=reload,
+                           errors=has_errors(diags)) if intent.slurm_enabled else None)
+    kube_section = None
     if kpass is not None:
-        plan.kubernetes = kpass.to_json()
-        plan.kubernetes_changes = kpass.changes
-        plan.drift += kpass.drift
-        if not intent.slurm_enabled and kpass.comparison is not None and kpass.comparison.nodes is not None:
-            plan.node_states = [r.to_json() for r in kpass.comparison.nodes.rows]
+        node_rows = kpass.comparison.nodes.rows if kpass.comparison is not None and kpass.comparison.nodes else []
+        kube_section = KubernetesSection(kpass.to_json(), tuple(kpass.changes), tuple(kpass.drift),
+                                         tuple(r.to_json() for r in node_rows))
+    plan = Plan(intent.name, source, tuple(desired.block_sizes), tuple(diags), slurm, kube_section,
+                tuple(imex_drift), show_users)
     return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
 
 

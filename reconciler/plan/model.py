@@ -10,19 +10,47 @@ same data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from reconciler import __version__
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic, has_errors
 from reconciler.layout.freshness import STALE_CODES
 from reconciler.plan.provenance import Provenance
 from reconciler.targets.slurm.controllercheck import ControllerView
 
 FORMAT_VERSION = "1"
-ACTIONS = ("create", "update", "delete", "move", "drain", "resume", "reload", "taint", "untaint", "cordon",
-           "uncordon")
-CAUSES = ("intent", "drift")
+
+
+class _Word(str, Enum):
+    """An enum whose members are the words the plan shows (``str()`` and f-strings give the word)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Action(_Word):
+    """What a change does."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    MOVE = "move"
+    DRAIN = "drain"
+    RESUME = "resume"
+    RELOAD = "reload"
+    TAINT = "taint"
+    UNTAINT = "untaint"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+
+
+class Cause(_Word):
+    """Why: the intent (or the fabric) asks for it, or someone changed a managed thing outside
+    rackctl since the last apply."""
+
+    INTENT = "intent"
+    DRIFT = "drift"
 
 
 @dataclass(frozen=True)
@@ -31,52 +59,52 @@ class Change:
     ``address``: ``slurm/file/NAME``, ``slurm/block/NAME``, ``slurm/partition/NAME``,
     ``slurm/setting/KEY``, ``slurm/node/HOST`` (drain, resume), ``slurm/controller/reconfigure``
     (reload: files written, not loaded), ``kubernetes/Node/NAME`` (label update, taint, untaint,
-    cordon, uncordon) or ``kubernetes/KIND/NAME`` (an object rackctl owns). ``diff``: a unified
-    diff for files and objects. ``taken_over``: the path of the file a file change takes over
-    (empty: rackctl wrote or adopted it, or it does not exist)."""
+    cordon, uncordon) or ``kubernetes/KIND/NAME`` (an object rackctl owns). ``action`` and
+    ``cause``: given as members or their words (a word outside them is a ``ValueError``).
+    ``diff``: a unified diff for files and objects. ``taken_over``: the path of the file a file
+    change takes over (empty: rackctl wrote or adopted it, or it does not exist)."""
 
     kind: str
     address: str
-    action: str
-    cause: str
+    action: Action
+    cause: Cause
     reason: str
     diff: str = ""
     taken_over: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "address": self.address, "action": self.action, "cause": self.cause,
-               "reason": self.reason}
-        if self.diff:
-            out["diff"] = self.diff
-        if self.taken_over:
-            out["taken_over"] = self.taken_over
-        return out
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", Action(self.action))
+        object.__setattr__(self, "cause", Cause(self.cause))
 
 
-@dataclass
-class Plan:
-    """A whole plan. ``file_changes``, ``node_changes`` and ``controller_changes`` are what apply
-    does (they decide the exit code); ``resource_changes`` explain the file changes.
-    ``controller``: the live controller's view, None when it was not read. ``reload``: the
-    command apply runs after writing (the intent's ``targets.slurm.reload``), None when it runs
-    none (no file to write or reload, errors, ``--no-reload``)."""
+@dataclass(frozen=True)
+class SlurmSection:
+    """The Slurm target's part of a plan. ``file_changes``, ``controller_changes`` and
+    ``node_changes`` are what apply does; ``resource_changes`` explain the file changes (blocks,
+    partitions, settings). ``target``: the target as the JSON plan names it. ``drift``: managed
+    files and the controller changed outside rackctl. ``node_states``: this pass's drain/resume
+    rows. ``controller``: the live controller's view (None: not read). ``reload``: the command
+    apply runs after writing (None: none to run: nothing to write or reload, errors,
+    ``--no-reload``)."""
 
-    cluster: str
-    target: dict[str, Any] | None  # the Slurm target; None when it is off
-    file_changes: list[Change]
-    resource_changes: list[Change]
-    drift: list[dict[str, str]]
-    node_states: list[dict[str, str]]
-    block_sizes: list[int]
-    provenance: Provenance  # what the plan was made from (digests), for a saved plan's staleness check
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    node_changes: list[Change] = field(default_factory=list)
-    controller_changes: list[Change] = field(default_factory=list)
-    controller: ControllerView | None = None
-    show_users: bool = False
-    kubernetes: dict[str, Any] | None = None  # the Kubernetes target's view (KubePass.to_json)
-    kubernetes_changes: list[Change] = field(default_factory=list)
-    reload: tuple[str, ...] | None = None
+    target: dict[str, Any]
+    file_changes: tuple[Change, ...]
+    resource_changes: tuple[Change, ...]
+    controller_changes: tuple[Change, ...]
+    node_changes: tuple[Change, ...]
+    drift: tuple[dict[str, str], ...]
+    node_states: tuple[dict[str, str], ...]
+    controller: ControllerView | None
+    reload: tuple[str, ...] | None
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return self.file_changes + self.resource_changes + self.controller_changes + self.node_changes
+
+    @property
+    def writes(self) -> bool:
+        """Whether apply acts on this target (files, a reload, node states)."""
+        return bool(self.file_changes or self.node_changes or self.controller_changes)
 
     @property
     def taken_over(self) -> list[Change]:
@@ -84,13 +112,64 @@ class Plan:
         return [c for c in self.file_changes if c.taken_over]
 
     @property
-    def has_changes(self) -> bool:
-        return bool(self.file_changes or self.node_changes or self.controller_changes or self.kubernetes_changes)
-
-    @property
     def restart_required(self) -> list[Change]:
         """Setting changes that take effect only when slurmctld and slurmd are restarted."""
         return [c for c in self.resource_changes if c.kind == "setting" and "restart required" in c.reason]
+
+
+@dataclass(frozen=True)
+class KubernetesSection:
+    """The Kubernetes target's part of a plan. ``view``: what was rendered and read
+    (``KubePass.to_json``); ``changes``: Node label, taint/cordon and object changes; ``drift``;
+    ``node_states``: the Node health rows, when the Nodes were compared."""
+
+    view: dict[str, Any]
+    changes: tuple[Change, ...]
+    drift: tuple[dict[str, str], ...]
+    node_states: tuple[dict[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A whole plan: a section per target that is on, and what is common. ``block_sizes``: the
+    layout's block sizes; ``host_drift``: drift found on the hosts themselves (IMEX services and
+    scripts); ``provenance``: what the plan was made from (digests), for a saved plan's staleness
+    check; ``show_users``: name the owners of running jobs in the views."""
+
+    cluster: str
+    provenance: Provenance
+    block_sizes: tuple[int, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    slurm: SlurmSection | None = None
+    kubernetes: KubernetesSection | None = None
+    host_drift: tuple[dict[str, str], ...] = ()
+    show_users: bool = False
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return (self.slurm.changes if self.slurm else ()) + (self.kubernetes.changes if self.kubernetes else ())
+
+    @property
+    def drift(self) -> tuple[dict[str, str], ...]:
+        return ((self.slurm.drift if self.slurm else ()) + self.host_drift
+                + (self.kubernetes.drift if self.kubernetes else ()))
+
+    @property
+    def node_states(self) -> tuple[dict[str, str], ...]:
+        """The node state rows: Slurm's when it is on, else the Kubernetes Nodes'."""
+        return self.slurm.node_states if self.slurm else self.kubernetes.node_states if self.kubernetes else ()
+
+    @property
+    def taken_over(self) -> list[Change]:
+        return self.slurm.taken_over if self.slurm else []
+
+    @property
+    def restart_required(self) -> list[Change]:
+        return self.slurm.restart_required if self.slurm else []
+
+    @property
+    def has_changes(self) -> bool:
+        return bool((self.slurm and self.slurm.writes) or (self.kubernetes and self.kubernetes.changes))
 
     @property
     def stale_inventory(self) -> list[Diagnostic]:
@@ -127,27 +206,3 @@ class Plan:
         counts["node_pending"] = actions.count("pending-drain") + actions.count("pending-resume")
         counts["drift"] = len(self.drift)
         return counts
-
-    @property
-    def changes(self) -> list[Change]:
-        return (self.file_changes + self.resource_changes + self.controller_changes + self.node_changes
-                + self.kubernetes_changes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": FORMAT_VERSION,
-            "rackctl_version": __version__,
-            "provenance": self.provenance.to_json(),
-            "cluster": self.cluster,
-            "target": self.target,
-            "summary": self.summary(),
-            "changes": [c.to_json() for c in self.changes],
-            "reload": list(self.reload) if self.reload is not None else None,
-            "drift": self.drift,
-            "node_states": self.node_states,
-            "block_sizes": self.block_sizes,
-            "controller": self.controller.to_json(self.show_users) if self.controller else None,
-            "kubernetes": self.kubernetes,
-            "diagnostics": [d.to_json() for d in self.diagnostics],
-        }
-

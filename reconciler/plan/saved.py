@@ -59,6 +59,7 @@ from reconciler.intent.model import Intent
 from reconciler.plan import blastradius
 from reconciler.plan.model import Plan
 from reconciler.plan.provenance import INPUTS, NOT_READ, Provenance, resolve
+from reconciler.plan.wire import change_document
 from reconciler.targets.slurm.target import LiveSlurm
 from reconciler.text import schemas
 from reconciler.text.yamlsource import display_path, read_json_object
@@ -263,7 +264,7 @@ def check_current(saved: SavedPlan, plan: Plan, *, confirmed_destructive: bool) 
     if stale:
         raise RackctlError(f"the saved plan {saved.name} is stale: {'; '.join(stale)}; nothing was applied",
                            hint=AGAIN)
-    at = _first_difference(saved.changes, [c.to_json() for c in plan.changes])
+    at = _first_difference(saved.changes, [change_document(c) for c in plan.changes])
     if at is not None:
         raise RackctlError(f"the saved plan {saved.name} does not hold what apply would do now: {len(saved.changes)} "
                            f"change(s) saved, {len(plan.changes)} now, first difference at {at}; nothing was applied",
@@ -301,8 +302,8 @@ def check_unmoved(shown: Plan, now: Plan, files: tuple[LiveSlurm, LiveSlurm], in
                       if then.get(n) != current.get(n)]
         else:
             moved.append(what)
-    at = None if moved else _first_difference([c.to_json() for c in shown.changes],
-                                              [c.to_json() for c in now.changes])
+    at = None if moved else _first_difference([change_document(c) for c in shown.changes],
+                                              [change_document(c) for c in now.changes])
     if moved or at is not None:
         what = f"{', '.join(moved)} changed" if moved else f"the plan changed (first at {at})"
         raise RackctlError(f"{what} while apply waited for the answer; nothing was applied",

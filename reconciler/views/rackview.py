@@ -213,7 +213,7 @@ def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
 
 def _live_marks(run: Run, tray) -> None:
     """What the running targets say: drained or down on the controller, tainted or cordoned Nodes."""
-    view = run.plan.controller
+    view = run.plan.slurm.controller if run.plan.slurm else None
     for b in view.blocks if view is not None else ():
         for d in b["drained"]:
             ours = d["reason"].startswith(RACKCTL_REASON_PREFIX)

@@ -19,7 +19,8 @@ import yaml
 
 from reconciler.diagnostics import ERROR, INFO, WARNING
 from reconciler.guard.untrusted import code_span, fence, markdown, shown
-from reconciler.plan.model import Plan
+from reconciler.plan.model import Change, Plan, SlurmSection
+from reconciler.plan.wire import plan_document
 
 MAX_DIFF_LINES = 200
 MAX_SCRIPT_DIFF_LINES = 12
@@ -44,7 +45,7 @@ def render(plan: Plan, fmt: str, *, command: str = "plan") -> str:
     """``fmt``: text | json | yaml | markdown. JSON and YAML are one document (the same one) with
     a trailing newline. ``command`` (plan | drift) names the report in the human views."""
     if fmt in ("json", "yaml"):
-        return dump(plan.to_json(), fmt)
+        return dump(plan_document(plan), fmt)
     if fmt == "markdown":
         return _markdown(plan, command)
     return _text(plan, command)
@@ -111,10 +112,10 @@ def summary_line(plan: Plan) -> str:
     freed = sum(s.get(f"node_{a}", 0) for a in ("untaint", "uncordon"))
     if held or freed:
         parts.append(f"Kubernetes Nodes: {held} to taint/cordon, {freed} to release")
-    if plan.controller_changes:
+    if _slurm(plan).controller_changes:
         parts.append("controller: reconfigure (files written, not loaded)")
-    matched = " and ".join(w for w, on in (("the Slurm files", plan.target is not None),
-                                           ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes["read"])))
+    matched = " and ".join(w for w, on in (("the Slurm files", plan.slurm is not None),
+                                           ("the Kubernetes state", bool(plan.kubernetes and plan.kubernetes.view["read"])))
                            if on)
     verb = "matches" if matched == "the Kubernetes state" else "match"
     if parts:
@@ -141,9 +142,9 @@ def reload_line(plan: Plan, code: Callable[[str], str] = lambda cmd: f"`{cmd}`")
     """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``, the command
     as ``code`` quotes it (markdown: a code span that no backtick inside can close); empty when
     apply runs no reload command."""
-    if plan.reload is None:
+    if _slurm(plan).reload is None:
         return ""
-    return f"Reload: apply runs {code(shlex.join(plan.reload))} after writing the Slurm files."
+    return f"Reload: apply runs {code(shlex.join(_slurm(plan).reload))} after writing the Slurm files."
 
 
 def taken_over(plan: Plan) -> list[tuple[str, str]]:
@@ -162,7 +163,7 @@ def _change_line(c) -> str:
 
 def _targets(plan: Plan) -> str:
     """``Slurm 24.11, config dir slurm; Kubernetes (Kueue v1beta2)``."""
-    t, k = plan.target, plan.kubernetes
+    t, k = plan.slurm.target if plan.slurm else None, plan.kubernetes.view if plan.kubernetes else None
     parts = [f"Slurm {t['version']}, config dir {t['configDir']}"] if t else []
     if k is not None:
         version = k["kueueVersions"].get("Topology", "not served")
@@ -172,7 +173,7 @@ def _targets(plan: Plan) -> str:
 
 def _kube_text(plan: Plan) -> list[str]:
     """Kubernetes changes: objects with their diffs, then Node changes (capped)."""
-    changes = plan.kubernetes_changes
+    changes = _kube_changes(plan)
     if not changes:
         return []
     out = ["Kubernetes changes:"]
@@ -198,15 +199,15 @@ def _text(plan: Plan, command: str) -> str:
         out.append("")
     if plan.taken_over:
         out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
-    if plan.resource_changes or plan.file_changes or plan.controller_changes:
+    if _slurm(plan).resource_changes or _slurm(plan).file_changes or _slurm(plan).controller_changes:
         out.append("Changes:")
-        for c in plan.resource_changes + plan.controller_changes:
+        for c in _slurm(plan).resource_changes + _slurm(plan).controller_changes:
             out.append(_change_line(c))
-        for c in plan.file_changes:
+        for c in _slurm(plan).file_changes:
             out.append(_change_line(c))
             out += ["      " + line for line in _file_diff(c)]
         out.append("")
-    if plan.reload is not None:
+    if _slurm(plan).reload is not None:
         out += [reload_line(plan), ""]
     out += _kube_text(plan)
     out += _controller_text(plan)
@@ -227,12 +228,12 @@ def _text(plan: Plan, command: str) -> str:
 
 
 def _node_action(plan: Plan, action: str) -> str:
-    return (_NODE_ACTION if plan.target is not None else _KUBE_NODE_ACTION)[action]
+    return (_NODE_ACTION if plan.slurm is not None else _KUBE_NODE_ACTION)[action]
 
 
 def _controller_text(plan: Plan) -> list[str]:
     """The live controller: version, loaded or not, busy re-sliced trays, blocks with node trouble."""
-    view = plan.controller
+    view = _slurm(plan).controller
     if view is None:
         return []
     out = [f"Controller (Slurm {view.version}): " + ("runs the files on disk" if not view.not_loaded
@@ -264,28 +265,28 @@ def _markdown(plan: Plan, command: str) -> str:
         head += ["> [!CAUTION]", f"> {markdown(TAKEN_OVER_TITLE)}"]
         head += [f"> - {code_span(path)} ({verb})" for path, verb in taken_over(plan)]
         head.append("")
-    if plan.reload is not None:
+    if _slurm(plan).reload is not None:
         head += [reload_line(plan, code_span), ""]
     out = list(head)
     if plan.drift:
         out += ["#### Drift", "", "| file | detail |", "|---|---|"]
         out += [f"| {code_span(d['address'])} | {markdown(d['detail'])} |" for d in plan.drift]
         out.append("")
-    if plan.resource_changes or plan.file_changes:
+    if _slurm(plan).resource_changes or _slurm(plan).file_changes:
         out += ["#### Changes", "", _CHANGE_HEADER, _CHANGE_RULE]
-        out += [_change_row(c) for c in plan.resource_changes + plan.file_changes]
+        out += [_change_row(c) for c in _slurm(plan).resource_changes + _slurm(plan).file_changes]
         out.append("")
-        for c in plan.file_changes:
+        for c in _slurm(plan).file_changes:
             out += [f"<details><summary>{html.escape(c.address)}</summary>", "", *fence(_file_diff(c), "diff"),
                     "", "</details>", ""]
-    if plan.kubernetes_changes:
+    if _kube_changes(plan):
         out += ["#### Kubernetes", "", *fence(_kube_text(plan)[1:-1]), ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]
         out += [f"| {code_span(s['node'])} | {_node_action(plan, s['action'])} | {markdown(s['reason'])} | "
                 f"{markdown(s.get('note', ''))} |" for s in plan.node_states]
         out.append("")
-    if plan.controller is not None:
+    if _slurm(plan).controller is not None:
         out += ["#### Controller", "", *fence(_controller_text(plan)[:-1]), ""]
     diags = [d for d in plan.diagnostics if d.code != "node-drain"]
     if diags:
@@ -317,9 +318,9 @@ def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
     groups = [("Errors", "| severity | code | message |", "|---|---|---|",
                [_diagnostic_row(d) for d in plan.diagnostics if d.severity == ERROR]),
               ("Slurm changes", _CHANGE_HEADER, _CHANGE_RULE,
-               [_change_row(c) for c in plan.file_changes + plan.resource_changes + plan.controller_changes
-                + plan.node_changes]),
-              ("Kubernetes changes", _CHANGE_HEADER, _CHANGE_RULE, [_change_row(c) for c in plan.kubernetes_changes])]
+               [_change_row(c) for c in _slurm(plan).file_changes + _slurm(plan).resource_changes + _slurm(plan).controller_changes
+                + _slurm(plan).node_changes]),
+              ("Kubernetes changes", _CHANGE_HEADER, _CHANGE_RULE, [_change_row(c) for c in _kube_changes(plan)])]
     groups = [g for g in groups if g[3]]
     note = (f"> [!NOTE]\n> This plan is {full:,} bytes of markdown, more than one pull-request comment holds: shown "
             "are its summary, its errors and the first changes of each target (its warnings and node states are in "
@@ -345,3 +346,15 @@ def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
     for (title, header, rule, rows), shown_rows in zip(groups, taken):
         out += [f"#### {title} (first {len(shown_rows)} of {len(rows)})", "", header, rule, *shown_rows, ""]
     return "\n".join(out)
+
+
+#: The Slurm section of a plan whose Slurm target is off: nothing to show.
+_NO_SLURM = SlurmSection({}, (), (), (), (), (), (), None, None)
+
+
+def _slurm(plan: Plan) -> SlurmSection:
+    return plan.slurm or _NO_SLURM
+
+
+def _kube_changes(plan: Plan) -> tuple[Change, ...]:
+    return plan.kubernetes.changes if plan.kubernetes else ()

@@ -26,7 +26,7 @@ from reconciler.errors import TargetError
 from reconciler.intent.model import Intent
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.layout.planner import DesiredSlurm
-from reconciler.plan.model import Change
+from reconciler.plan.model import Action, Cause, Change
 from reconciler.targets.kubernetes import computedomains, kueue, nodelist
 from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect,
                                                   read_live, read_nodes)
@@ -185,15 +185,15 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     kpass.drift += cmp.drift
     for p in cmp.label_patches:
         address = f"kubernetes/Node/{p.node}"
-        kpass.changes.append(Change("node", address, "update", cmp.causes[address], cmp.label_reasons[p.node]))
+        kpass.changes.append(Change("node", address, Action.UPDATE, cmp.causes[address], cmp.label_reasons[p.node]))
     if not any(d.severity == ERROR and d.code == "kueue-missing" for d in kpass.diagnostics):
         for obj in cmp.candidates:
             _dry_run(kpass, obj, options.force_conflicts, local=replay is not None)
     for obj in reversed(cmp.deletes):
-        kpass.changes.append(Change("object", obj.address, "delete", "intent", "owned by rackctl, no longer in "
+        kpass.changes.append(Change("object", obj.address, Action.DELETE, Cause.INTENT, "owned by rackctl, no longer in "
                                     "the intent", _diff(obj.address, obj.body, None)))
     for action, p, reason in cmp.health_patches:
-        kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", action, "intent", reason))
+        kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", action, Cause.INTENT, reason))
     if kpass.live.compute_domains is not None:
         slice_of = {h: b.slice_name for b in slurm.blocks for h in b.nodes}
         out = {s.host for s in slurm.node_states}
@@ -210,20 +210,20 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
     for name in sorted(set(desired.node_labels) | set(record.labels), key=hostlist.natural_key):
         labels = desired.node_labels.get(name)
         if labels is None:
-            changes.append(Change("node", f"kubernetes/Node/{name}", "update", "intent",
+            changes.append(Change("node", f"kubernetes/Node/{name}", Action.UPDATE, Cause.INTENT,
                                   f"rackctl's labels removed; {why}"))
         elif record.labels.get(name) != digest(labels):
             shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
-            changes.append(Change("node", f"kubernetes/Node/{name}", "update", "intent", f"{shown}; {why}"))
+            changes.append(Change("node", f"kubernetes/Node/{name}", Action.UPDATE, Cause.INTENT, f"{shown}; {why}"))
     wanted = set()
     for obj in desired.objects:
         wanted.add(obj.address)
         if record.objects.get(obj.address) != digest(obj.body):
             action = "update" if obj.address in record.objects else "create"
-            changes.append(Change("object", obj.address, action, "intent", f"{obj.kind} {obj.version}; {why}",
+            changes.append(Change("object", obj.address, action, Cause.INTENT, f"{obj.kind} {obj.version}; {why}",
                                   _diff(obj.address, None, obj.body)))
     for address in sorted(set(record.objects) - wanted):
-        changes.append(Change("object", address, "delete", "intent", f"no longer in the intent; {why}"))
+        changes.append(Change("object", address, Action.DELETE, Cause.INTENT, f"no longer in the intent; {why}"))
     return changes
 
 
@@ -245,7 +245,7 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
         return  # the server holds this already (e.g. fields in another order)
     why = "; ".join(differences(obj.body, have)[:4]) if have is not None else f"{obj.kind} {obj.version}"
     kpass.applies.append(obj)
-    kpass.changes.append(Change("object", obj.address, "create" if have is None else "update",
+    kpass.changes.append(Change("object", obj.address, Action.CREATE if have is None else Action.UPDATE,
                                 kpass.comparison.causes[obj.address], why, diff))
 
 

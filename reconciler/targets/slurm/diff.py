@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import difflib
 
-from reconciler.diagnostics import Diagnostic, has_errors
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.nodestates import NodePlan
 from reconciler.layout.planner import DesiredSlurm
-from reconciler.plan.model import Change, Plan
-from reconciler.plan.provenance import Provenance
+from reconciler.plan.model import Action, Cause, Change, SlurmSection
 from reconciler.state.statedir import AppliedRecord, digest
 from reconciler.targets.slurm import slurmconf
 from reconciler.targets.slurm.controllercheck import ControllerView
@@ -28,18 +26,18 @@ from reconciler.text.yamlsource import display_path
 RESTART_SETTINGS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog")
 
 
-def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
-               record: AppliedRecord | None, diagnostics: list[Diagnostic], nodes: NodePlan,
-               provenance: Provenance, controller: ControllerView | None = None, *,
-               adopted: dict[str, str] | None = None, reload: bool = True) -> Plan:
-    """Compare desired files with live ones; explain file changes as block/partition/setting
-    changes; add this pass's node drains/resumes and, when the controller was read, a reload for
-    files written but not loaded. ``provenance``: what the run was made from.
+def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], live: LiveSlurm,
+                  record: AppliedRecord | None, nodes: NodePlan, controller: ControllerView | None = None, *,
+                  adopted: dict[str, str] | None = None, reload: bool = True, errors: bool = False) -> SlurmSection:
+    """The Slurm section of a plan: compare desired files with live ones; explain file changes as
+    block/partition/setting changes; add this pass's node drains/resumes and, when the controller
+    was read, a reload for files written but not loaded.
 
     What rackctl knows of the live files (name -> digest) comes from ``record`` (the last apply
     in this config dir), else ``adopted`` (``rackctl import``'s record): a listed file that differs
     is drift; an unlisted one that exists is taken over by the change that replaces or removes it.
-    ``reload``: whether apply runs the reload command (False: ``--no-reload``)."""
+    ``reload``: whether apply runs the reload command (False: ``--no-reload``); ``errors``: the
+    plan has errors (then it names no reload command either)."""
     file_changes: list[Change] = []
     drift: list[dict[str, str]] = []
     causes: dict[str, str] = {}
@@ -62,7 +60,7 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
                                    _taken_over(t, name, before, known)))
     for name, before in live.files.items():
         if before is not None and name not in files:
-            file_changes.append(Change("file", f"slurm/file/{name}", "delete", "intent",
+            file_changes.append(Change("file", f"slurm/file/{name}", Action.DELETE, Cause.INTENT,
                                        "no longer rendered (per-job IMEX is off)", _diff(name, before, None),
                                        _taken_over(t, name, before, known)))
     resources: list[Change] = []
@@ -74,30 +72,26 @@ def build_plan(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes], l
     if t.include_file in causes:
         resources += _setting_changes(live.files.get(t.include_file), files[t.include_file], causes[t.include_file])
         resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
-    node_changes = [Change("node", f"slurm/node/{r.node}", r.action, "intent", r.reason)
+    node_changes = [Change("node", f"slurm/node/{r.node}", r.action, Cause.INTENT, r.reason)
                     for r in nodes.rows if r.action in ("drain", "resume")]
     controller_changes = []
     if controller is not None and controller.not_loaded and not file_changes:
-        controller_changes.append(Change("controller", "slurm/controller/reconfigure", "reload", "drift",
+        controller_changes.append(Change("controller", "slurm/controller/reconfigure", Action.RELOAD, Cause.DRIFT,
                                          "; ".join(controller.not_loaded)))
     for why in controller.not_loaded if controller is not None else ():
         drift.append({"address": "slurm/controller", "cause": "drift", "detail": why})
-    will_reload = intent.slurm_enabled and reload and bool(file_changes or controller_changes)
-    return Plan(
-        reload=t.reload if will_reload and not has_errors(diagnostics) else None,
-        cluster=intent.name,
+    will_reload = reload and bool(file_changes or controller_changes) and not errors
+    return SlurmSection(
         target={"kind": "slurm", "version": t.version_text, "configDir": display_path(t.config_dir),
-                "topologyFile": t.topology_file, "includeFile": t.include_file} if intent.slurm_enabled else None,
-        file_changes=file_changes,
-        resource_changes=resources,
-        drift=drift,
-        node_states=[r.to_json() for r in nodes.rows],
-        block_sizes=desired.block_sizes,
-        provenance=provenance,
-        diagnostics=diagnostics,
-        node_changes=node_changes,
-        controller_changes=controller_changes,
+                "topologyFile": t.topology_file, "includeFile": t.include_file},
+        file_changes=tuple(file_changes),
+        resource_changes=tuple(resources),
+        controller_changes=tuple(controller_changes),
+        node_changes=tuple(node_changes),
+        drift=tuple(drift),
+        node_states=tuple(r.to_json() for r in nodes.rows),
         controller=controller,
+        reload=t.reload if will_reload else None,
     )
 
 
@@ -124,14 +118,14 @@ def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlur
         if b.name not in live_nodes:
             what = (f"placeholder holding position {i} (slice {b.slice_name} is gone)" if b.placeholder
                     else f"slice {b.slice_name}: {len(b.nodes)} trays {hl}")
-            out.append(Change("block", f"slurm/block/{b.name}", "create", cause, what))
+            out.append(Change("block", f"slurm/block/{b.name}", Action.CREATE, cause, what))
             continue
         if b.placeholder and live_nodes[b.name]:
-            out.append(Change("block", f"slurm/block/{b.name}", "update", cause,
+            out.append(Change("block", f"slurm/block/{b.name}", Action.UPDATE, cause,
                               f"emptied to a placeholder holding position {i} (slice {b.slice_name} is gone; "
                               f"-{hostlist.compress(live_nodes[b.name])})"))
             if live_index[b.name] != i:
-                out.append(Change("block", f"slurm/block/{b.name}", "move", cause,
+                out.append(Change("block", f"slurm/block/{b.name}", Action.MOVE, cause,
                                   f"position {live_index[b.name]} -> {i} (disruptive: aggregate blocks change)"))
             continue
         if set(live_nodes[b.name]) != set(b.nodes):
@@ -139,14 +133,14 @@ def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlur
             added = sorted(set(b.nodes) - old, key=hostlist.natural_key)
             gone = sorted(old - set(b.nodes), key=hostlist.natural_key)
             parts = ([f"+{hostlist.compress(added)}"] if added else []) + ([f"-{hostlist.compress(gone)}"] if gone else [])
-            out.append(Change("block", f"slurm/block/{b.name}", "update", cause, f"nodes {' '.join(parts)}"))
+            out.append(Change("block", f"slurm/block/{b.name}", Action.UPDATE, cause, f"nodes {' '.join(parts)}"))
         if live_index[b.name] != i:
-            out.append(Change("block", f"slurm/block/{b.name}", "move", cause,
+            out.append(Change("block", f"slurm/block/{b.name}", Action.MOVE, cause,
                               f"position {live_index[b.name]} -> {i} (disruptive: aggregate blocks change)"))
     wanted = {b.name for b in desired.blocks}
     for name, nodes in live:
         if name not in wanted:
-            out.append(Change("block", f"slurm/block/{name}", "delete", cause,
+            out.append(Change("block", f"slurm/block/{name}", Action.DELETE, cause,
                               f"no slice renders it any more ({len(nodes)} trays); later blocks shift"))
     return out
 
@@ -184,15 +178,15 @@ def _partition_changes(live_include: bytes | None, desired: DesiredSlurm, cause:
         want = {"Nodes": hostlist.compress(p.nodes), **dict(partition_options(p))}
         have = live.get(p.spec.partition)
         if have is None:
-            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", "create", cause,
+            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", Action.CREATE, cause,
                               f"tier {p.tier}: {len(p.nodes)} nodes"))
         elif have != want:
             keys = sorted(set(have) | set(want))
             diff = ", ".join(f"{k} {have.get(k, '(unset)')} -> {want.get(k, '(unset)')}"
                              for k in keys if have.get(k) != want.get(k))
-            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", "update", cause, diff))
+            out.append(Change("partition", f"slurm/partition/{p.spec.partition}", Action.UPDATE, cause, diff))
     wanted = {p.spec.partition for p in desired.partitions}
     for name in live:
         if name not in wanted:
-            out.append(Change("partition", f"slurm/partition/{name}", "delete", cause, "no tier renders it"))
+            out.append(Change("partition", f"slurm/partition/{name}", Action.DELETE, cause, "no tier renders it"))
     return out
