@@ -9,10 +9,10 @@ from pathlib import Path
 
 from reconciler.intent.model import load_intent
 from reconciler.layout.nodestates import HealthHistory
-from reconciler.layout.planner import Block, DesiredSlurm, NodeState, Partition
 from reconciler.targets.kubernetes.client import LiveKubernetes, LiveNode
 from reconciler.targets.kubernetes.compare import KubeRecord, NodePatch, compare, differences, digest
 from reconciler.targets.kubernetes.render import DesiredKubernetes
+from reconciler.targets.slurm.desired import Block, DesiredSlurm, NodeState, Partition
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
 P = "rackctl.dev/"

@@ -10,10 +10,10 @@ from clihelp import ROOT
 from reconciler.errors import TargetError
 from reconciler.intent.model import Damping, load_intent
 from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, plan_nodes
-from reconciler.layout.planner import NodeState
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm.controller import Controller, NodeInfo
 from reconciler.targets.slurm.controllercheck import _qos_diagnostics
+from reconciler.targets.slurm.desired import NodeState
 
 T0 = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
 SLICES = {f"n{i}": "r01" for i in range(1, 5)}

@@ -21,7 +21,7 @@ from reconciler.intent.model import Intent, load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout import freshness
 from reconciler.layout.nodestates import NodePlan, plan_nodes
-from reconciler.layout.planner import DesiredSlurm, History, plan_slurm
+from reconciler.layout.planner import History, plan_layout
 from reconciler.plan import blastradius, provenance
 from reconciler.plan.model import Plan, build_plan
 from reconciler.state.statedir import AppliedRecord, StateDir
@@ -30,13 +30,9 @@ from reconciler.targets.kubernetes.sync import KubeOptions, KubePass
 from reconciler.targets.slurm import controller as slurm_controller, controllercheck, imexcheck, target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.controller import Controller
+from reconciler.targets.slurm.desired import DesiredSlurm, desired_slurm
 from reconciler.targets.slurm.render import SAFE_PATH, render_slurm
 from reconciler.targets.slurm.target import LiveSlurm
-
-#: Planner findings about Slurm's own rendering, left out when the Slurm target is off.
-SLURM_ONLY = frozenset({"block-name-duplicate", "block-placeholder", "block-moved", "block-removed",
-                        "tier-block-sizes", "imex-span", "imex-address-missing", "imex-address-shared",
-                        "node-drain", "partition-empty"})
 
 
 @dataclass
@@ -128,13 +124,17 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
         live = slurm_target.read_live(intent, snapshot.files(intent.slurm.config_dir) if snapshot else DISK)
         record = state.read_record(intent.slurm.config_dir)
         adopted = state.read_adopted(intent.slurm.config_dir) if record is None else None
-        desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
+        history = slurm_target.history(intent, live, record)
+        layout = plan_layout(intent, fabric, history)
+        desired = desired_slurm(intent, layout, history, fabric.addresses)
         files = render_slurm(intent, desired)
+        diags: list[Diagnostic] = list(desired.diagnostics)
     else:  # the slices still come from the planner; no Slurm file is read or written
         live, record, adopted = LiveSlurm(intent.slurm.config_dir, {}), None, None
-        desired = plan_slurm(intent, fabric, History())
+        layout = plan_layout(intent, fabric, History())
+        desired = desired_slurm(intent, layout, History(), fabric.addresses)
         files = {}
-    diags: list[Diagnostic] = list(desired.diagnostics)
+        diags = layout.findings()
     pending = slurm_target.interrupted(intent, state)  # apply and reconcile --mode apply recovered it already
     if pending is not None:
         diags.append(pending)
@@ -147,11 +147,9 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                                     "path changing; set configDir to the controller's absolute path",
                                     "targets.slurm.configDir"))
     if intent.slurm_enabled:
-        diags += slurm_target.check(intent, live, desired.placed_hosts)
-    else:
-        diags = [d for d in diags if d.code not in SLURM_ONLY]
-    diags += freshness.check(intent, nodes, desired, set(fabric.trays), now)
-    imex_diags, imex_drift = imexcheck.check(intent, nodes, desired.placed_hosts, files)
+        diags += slurm_target.check(intent, live, layout.placed)
+    diags += freshness.check(intent, nodes, layout.placed, set(fabric.trays), now)
+    imex_diags, imex_drift = imexcheck.check(intent, nodes, layout.placed, files)
     diags += imex_diags
     ctl, view = None, None
     health = state.read_health()
@@ -165,12 +163,11 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     if intent.slurm_enabled:
         ctl, view = _controller(intent, desired, live, offline, diags, snapshot)
         deadline.check("reading the Slurm controller")
-    slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
-    node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
+    node_plan = (plan_nodes(desired.node_states, layout.slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
     topology = intent.slurm.topology_file
     live_blocks = slurm_target.parse_blocks(live.files.get(topology), topology) if intent.slurm_enabled else []
-    diags += blastradius.check(intent, live_blocks=live_blocks, placed=desired.placed_hosts, slurm_rows=node_plan.rows,
+    diags += blastradius.check(intent, live_blocks=live_blocks, placed=layout.placed, slurm_rows=node_plan.rows,
                                kpass=kpass, allow_destructive=allow_destructive)
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     source = provenance.Provenance(

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.intent.model import Damping
-from reconciler.layout.planner import NodeState
 from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX, NodeInfo
+from reconciler.targets.slurm.desired import NodeState
 
 #: Reason of a drain ``--drain-first`` sets before a re-slice; resumed once the re-slice is live.
 RESLICE_REASON = f"{RACKCTL_REASON_PREFIX} re-slice pending (drained until idle)"

@@ -24,11 +24,11 @@ from typing import Any
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic
 from reconciler.intent.model import Intent
 from reconciler.layout.nodestates import HealthHistory, NodePlan, plan_nodes
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.targets.kubernetes.client import FIELD_MANAGER, LiveKubernetes, LiveNode
 from reconciler.targets.kubernetes.kueue import KINDS, KubeObject
 from reconciler.targets.kubernetes.render import DesiredKubernetes, label_value
 from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX, NodeInfo
+from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.text import hostlist
 
 TAINT_EFFECT = "NoSchedule"

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.intent.model import Intent
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, KubeObject, label_selector
+from reconciler.targets.slurm.desired import DesiredSlurm
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "rackctl")
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -25,7 +25,6 @@ from reconciler.diagnostics import ERROR, INFO, Diagnostic
 from reconciler.errors import TargetError
 from reconciler.intent.model import Intent
 from reconciler.layout.nodestates import HealthHistory
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.plan.model import Change
 from reconciler.targets.kubernetes import computedomains, kueue, nodelist
 from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect,
@@ -33,6 +32,7 @@ from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeRe
 from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, compare, cordon_annotation, differences,
                                                    digest)
 from reconciler.targets.kubernetes.render import DesiredKubernetes, render_kubernetes
+from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.text import hostlist
 
 #: metadata fields the server sets; left out of the diffs people read.
