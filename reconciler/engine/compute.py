@@ -20,6 +20,7 @@ from reconciler.guard import deadline
 from reconciler.intent.model import Intent, load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout import freshness
+from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import NodePlan, plan_nodes
 from reconciler.layout.planner import History, plan_layout
 from reconciler.plan import blastradius, provenance
@@ -40,6 +41,7 @@ class Run:
     """Everything one run computed, for ``apply`` to act on."""
 
     intent: Intent
+    layout: Layout
     desired: DesiredSlurm
     files: dict[str, bytes]
     live: LiveSlurm
@@ -155,7 +157,7 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     health = state.read_health()
     kpass = None
     if intent.kubernetes is not None:
-        kpass = kubesync.plan(intent, desired, _domains(fabric), state.read_kube_record(), health, now, kube,
+        kpass = kubesync.plan(intent, layout, _domains(fabric), state.read_kube_record(), health, now, kube,
                               offline=offline, replay=snapshot.kubernetes() if snapshot else None,
                               node_read=node_read)
         diags += kpass.diagnostics
@@ -163,7 +165,8 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     if intent.slurm_enabled:
         ctl, view = _controller(intent, desired, live, offline, diags, snapshot)
         deadline.check("reading the Slurm controller")
-    node_plan = (plan_nodes(desired.node_states, layout.slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
+    live_states = {h: n.live_state for h, n in ctl.nodes.items()} if ctl else None
+    node_plan = (plan_nodes(layout.tray_states, layout.slice_of, live_states, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
     topology = intent.slurm.topology_file
     live_blocks = slurm_target.parse_blocks(live.files.get(topology), topology) if intent.slurm_enabled else []
@@ -189,7 +192,7 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
         plan.drift += kpass.drift
         if not intent.slurm_enabled and kpass.comparison is not None and kpass.comparison.nodes is not None:
             plan.node_states = [r.to_json() for r in kpass.comparison.nodes.rows]
-    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
+    return Run(intent, layout, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
 
 
 #: An inventory of at least this many NodeReport files, or one file of at least this many bytes,
@@ -263,7 +266,7 @@ def _age(seconds: float) -> str:
 
 def replan_kubernetes(run: Run, kube: KubeOptions) -> KubePass:
     """The Kubernetes target compared again, after an apply (its changes should be none)."""
-    return kubesync.plan(run.intent, run.desired, _domains(run.fabric), run.state.read_kube_record(),
+    return kubesync.plan(run.intent, run.layout, _domains(run.fabric), run.state.read_kube_record(),
                          run.state.read_health(), dt.datetime.now(dt.timezone.utc), kube, offline=False)
 
 

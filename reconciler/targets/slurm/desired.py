@@ -99,10 +99,6 @@ class DesiredSlurm:
     topologies: list[Topology] = field(default_factory=list)  # topology.yaml only
     imex_nodes: list[ImexNode] = field(default_factory=list)  # policy.imex: per-job only
 
-    @property
-    def placed_hosts(self) -> set[str]:
-        return {h for b in self.blocks for h in b.nodes}
-
 
 def desired_slurm(intent: Intent, layout: Layout, history: History,
                   addresses: dict[str, tuple[str, ...]]) -> DesiredSlurm:
