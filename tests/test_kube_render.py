@@ -18,7 +18,8 @@ from hypothesis import given, settings, strategies as st
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, choose_versions
 from reconciler.targets.kubernetes.render import label_value, render_kubernetes
 

@@ -10,8 +10,8 @@ import pytest
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.layout.model import Position, TrayState
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.model import History, Position, TrayState
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm.desired import desired_slurm
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rack-cliques" / "intent.yaml"
@@ -58,7 +58,7 @@ def test_an_unhealthy_tray_is_a_tray_state_and_its_finding_is_neutral(example):
 
 
 def test_a_gone_slice_keeps_its_position_and_topology_conf_removes_it(example):
-    history = History((("r02-c2", C2), ("r09-s0", ("gb-r09-n01",)), ("r02-c1", C1)))
+    history = History((("r02/c2", C2), ("r09/s0", ("gb-r09-n01",)), ("r02/c1", C1)))
     layout = plan_layout(*example, history)
     assert layout.positions == (Position("r02/c2"), Position("r09/s0", held=True), Position("r02/c1"))
     assert layout.gone == ("r09/s0",)

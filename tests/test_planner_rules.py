@@ -15,7 +15,8 @@ import pytest
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm.desired import desired_slurm
 
 U1 = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"

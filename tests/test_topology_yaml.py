@@ -19,7 +19,8 @@ from clihelp import rackctl, run_main
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.targets.slurm.target import parse_blocks, parse_partitions, parse_topologies
 from reconciler.text import hostlist

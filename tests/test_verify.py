@@ -15,7 +15,8 @@ from reconciler.engine import verify
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm.controller import NodeInfo
 from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.text import hostlist

@@ -28,7 +28,7 @@ from reconciler.adopt.live import LiveBlock, LiveConfig
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
-from reconciler.layout.planner import rack_of_block
+from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist, schemas
 
 _NAME = re.compile(schemas.validator("intent").schema["properties"]["racks"]["items"]["properties"]["name"]["pattern"])

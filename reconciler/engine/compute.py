@@ -20,9 +20,9 @@ from reconciler.guard import deadline
 from reconciler.intent.model import Intent, load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout import freshness
-from reconciler.layout.model import Layout
+from reconciler.layout.model import History, Layout
 from reconciler.layout.nodestates import NodePlan, plan_nodes
-from reconciler.layout.planner import History, plan_layout
+from reconciler.layout.planner import plan_layout
 from reconciler.plan import blastradius, provenance
 from reconciler.plan.model import Plan, build_plan
 from reconciler.state.statedir import AppliedRecord, StateDir

@@ -19,6 +19,25 @@ def flat_name(slice_name: str) -> str:
     return slice_name.replace("/", "-")
 
 
+def rack_of(slice_name: str) -> str:
+    """``r01/s0`` -> ``r01``: the rack a slice is cut from (a whole-rack slice is named like it)."""
+    return slice_name.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class History:
+    """Slices as last applied (rackctl's record, else read back from the live target), in position
+    order: ``(slice name, trays)``; a held position has no trays. ``topologies``: the slice names
+    of each topology applied, ``(topology name, slice names)`` (Slurm's topology.yaml; else
+    empty), so that a tier keeps its held positions too. ``imex_addresses``: the per-job IMEX
+    address of each tray as last applied, kept for a tray that stops reporting so that its
+    scripts do not change."""
+
+    slices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    imex_addresses: tuple[tuple[str, str], ...] = ()  # (host, IMEX address) as last applied
+
+
 @dataclass(frozen=True)
 class Slice:
     """One placed slice: ``name`` (``r01/s0``), its ``rack``, every tray in natural hostname order,

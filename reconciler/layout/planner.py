@@ -11,37 +11,12 @@ taken out of service in place; a slice below ``minHealthyShare`` is taken out wh
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.fabric.model import Fabric, Tray
 from reconciler.intent.model import Intent, Rack, tier_slices_per_rack
-from reconciler.layout.model import Layout, Position, Slice, Tier, TrayState, flat_name
+from reconciler.layout.model import History, Layout, Position, Slice, Tier, TrayState, flat_name, rack_of
 from reconciler.text import hostlist
-
-
-@dataclass(frozen=True)
-class History:
-    """Blocks as last applied (from rackctl's record, else parsed from the live topology file),
-    in position order: ``(block name, nodes)``; a placeholder has no nodes. ``topologies``: the
-    block names of each topology of the live topology.yaml, ``(topology name, block names)``
-    (empty with topology.conf), so that a tier's topology keeps its placeholders too.
-    ``imex_addresses``: the per-job IMEX address of each tray as last applied, kept for a tray that
-    stops reporting so that its scripts do not change."""
-
-    blocks: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    imex_addresses: tuple[tuple[str, str], ...] = ()  # (host, IMEX address) as last applied
-
-
-def slice_of_block(name: str) -> str:
-    """``r01-s0`` -> ``r01/s0``: the slice an applied block held (rack names hold no ``-``)."""
-    return name.replace("-", "/", 1)
-
-
-def rack_of_block(name: str) -> str:
-    """The rack a rendered block belongs to (rack names hold no ``-``)."""
-    return name.split("-", 1)[0]
 
 
 def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
@@ -49,9 +24,9 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
     diags: list[Diagnostic] = []
     owner = _match_racks(intent, fabric, diags)
     hist_by_rack: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
-    for name, nodes in history.blocks:
-        if nodes:  # a placeholder holds a position, no trays
-            hist_by_rack[rack_of_block(name)].append((name, nodes))
+    for name, nodes in history.slices:
+        if nodes:  # a held position has no trays
+            hist_by_rack[rack_of(name)].append((name, nodes))
 
     matched: dict[str, list[str]] = defaultdict(list)
     for host, rack_name in owner.items():
@@ -201,11 +176,10 @@ def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
     # Trays keep the slice they were applied in, so a lost tray never shifts the others. An
     # applied block always held exactly one declared slice; one of another size means the intent
     # changed the slicing (count or trays), and the rack is cut afresh in tray order.
-    kept = [(b, nodes) for b, nodes in hist if slice_of_block(b) in assigned]
+    kept = [(name, nodes) for name, nodes in hist if name in assigned]
     if any(len(nodes) != size for _, nodes in kept):
         kept = []
-    for bname, nodes in kept:
-        sname = slice_of_block(bname)
+    for sname, nodes in kept:
         if sname in assigned:
             keep = [h for h in nodes if h in member_set and h not in placed]
             assigned[sname].extend(keep)
@@ -224,7 +198,7 @@ def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
 
 def _slice_cliques(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
                    hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
-    hist_slice = {h: slice_of_block(bname) for bname, nodes in hist for h in nodes}
+    hist_slice = {h: name for name, nodes in hist for h in nodes}
     groups: dict[str, list[str]] = defaultdict(list)
     for h in members:
         tray = fabric.trays.get(h)
@@ -304,7 +278,7 @@ def _place(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], histo
     Returns ``(slice name, rack, trays in natural order)`` in position order, and the
     ``(slice placed, slice left out)`` pairs whose flat names clash (the second is not placed, and
     not checked for trays it shares)."""
-    hist_index = {name: i for i, (name, _) in enumerate(history.blocks)}
+    hist_index = {flat_name(name): i for i, (name, _) in enumerate(history.slices)}  # flat: as a target names it
     big = len(hist_index) + len(intent.racks)
 
     def rack_key(rack: Rack):
@@ -346,15 +320,16 @@ def _positions(placed: list[tuple[str, str, tuple[str, ...]]],
     """Every position: the placed slices, and a held position where each applied slice that is
     gone was, before the first placed slice applied after it (one with none after it is left
     out: nothing would shift). Also returns the gone slices, in their applied order."""
-    hist_index = {name: i for i, (name, _) in enumerate(history.blocks)}
+    hist_index = {flat_name(name): i for i, (name, _) in enumerate(history.slices)}
+    named = {flat_name(name): name for name, _ in history.slices}
     kept = {flat_name(name) for name, _, _ in placed}
     pending = [n for n in hist_index if n not in kept]
-    gone = tuple(slice_of_block(n) for n in pending)
+    gone = tuple(named[n] for n in pending)
     out: list[Position] = []
     for name, _, _ in placed:
         at = hist_index.get(flat_name(name))
         while at is not None and pending and hist_index[pending[0]] < at:
-            out.append(Position(slice_of_block(pending.pop(0)), held=True))
+            out.append(Position(named[pending.pop(0)], held=True))
         out.append(Position(name))
     return tuple(out), gone
 
@@ -382,7 +357,7 @@ def _tiers(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], posit
         for name in names:
             trays.update(dict.fromkeys(by_slice.get(name, ())))
         before = set(held.get(tier.name, ()))
-        mine = [p for p in positions if (p.slice in names and not p.held) or (p.held and flat_name(p.slice) in before)]
+        mine = [p for p in positions if (p.slice in names and not p.held) or (p.held and p.slice in before)]
         while mine and mine[-1].held:
             mine.pop()
         out.append(Tier(tier.name, frozenset(names), tuple(sorted(trays, key=hostlist.natural_key)), tuple(mine),

@@ -27,7 +27,8 @@ from typing import Any
 
 from reconciler.engine.compute import Run
 from reconciler.layout.model import REASON_PREFIX
-from reconciler.layout.planner import rack_of_block, tray_order_key
+from reconciler.layout.planner import tray_order_key
+from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist
 
 HEALTHY, PENDING, DRAINED, MISSING = "healthy", "pending", "drained", "missing"

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.intent.model import Intent, SlurmPartition, block_sizes, tier_block_sizes, tier_slices_per_rack
-from reconciler.layout.model import Layout, Position, flat_name
-from reconciler.layout.planner import History, rack_of_block
+from reconciler.layout.model import History, Layout, Position, flat_name, rack_of
 from reconciler.text import hostlist
 
 
@@ -102,7 +101,7 @@ class DesiredSlurm:
 
 def desired_slurm(intent: Intent, layout: Layout, history: History,
                   addresses: dict[str, tuple[str, ...]]) -> DesiredSlurm:
-    """The desired Slurm state. ``history``: what was applied (its block positions, per-job IMEX
+    """The desired Slurm state. ``history``: what was applied (its slice positions, per-job IMEX
     addresses); ``addresses``: host -> the addresses each discovered tray reports. The diagnostics
     are the layout's with Slurm's own put after the stage each follows."""
     after: dict[str, list[Diagnostic]] = defaultdict(list)
@@ -142,10 +141,10 @@ def _blocks(intent: Intent, layout: Layout, history: History, diags: list[Diagno
     def block(p: Position) -> Block:
         s = by_name.get(p.slice)
         if s is None:
-            return Block(flat_name(p.slice), p.slice, rack_of_block(flat_name(p.slice)), ())
+            return Block(flat_name(p.slice), p.slice, rack_of(p.slice), ())
         return Block(flat_name(s.name), s.name, s.rack, s.trays)
 
-    hist_index = {name: i for i, (name, _) in enumerate(history.blocks)}
+    hist_index = {flat_name(name): i for i, (name, _) in enumerate(history.slices)}
     removed = [flat_name(n) for n in layout.gone]
     if intent.slurm.topology_file == "topology.yaml":
         blocks = [block(p) for p in layout.positions]
