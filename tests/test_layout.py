@@ -1,5 +1,5 @@
-"""reconciler.layout.planner's neutral Layout, built from the bundled rack-cliques example, and the
-Slurm desired state built from it."""
+"""reconciler.layout.planner's neutral Layout, built from the bundled rack-cliques example (and a
+golden scenario's live topology.yaml), and the Slurm desired state built from it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout.model import History, Position, TrayState
 from reconciler.layout.planner import plan_layout
+from reconciler.targets.slurm import target as slurm_target
+from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.desired import desired_slurm
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rack-cliques" / "intent.yaml"
@@ -66,3 +68,18 @@ def test_a_gone_slice_keeps_its_position_and_topology_conf_removes_it(example):
     assert [b.name for b in desired.blocks] == ["r02-c2", "r02-c1"]
     assert [(d.code, d.subject) for d in desired.diagnostics if d.code.startswith("block-")] == [
         ("block-moved", "r02-c1"), ("block-removed", "r09-s0")]
+
+
+def test_a_removed_rack_keeps_held_positions_in_the_layout_and_its_tier():
+    intent = load_intent(Path(__file__).resolve().parent / "golden" / "yaml-two-tiers-rack-removed" / "intent.yaml")
+    history = slurm_target.history(intent, slurm_target.read_live(intent, DISK), None)
+    assert history.slices[2][0] == "r02/s0"  # read back from the live topology.yaml, in slice terms
+    layout = plan_layout(intent, build_fabric(load_inventory(intent.inventory_path)), history)
+    held = (Position("r02/s0", held=True), Position("r02/s1", held=True))
+    assert layout.positions == (Position("r01/s0"), Position("r01/s1"), *held, Position("r03/s0"),
+                                Position("r03/s1"), Position("r04/s0"), Position("r04/s1"))
+    assert layout.gone == ("r02/s0", "r02/s1")
+    assert [(t.name, t.positions) for t in layout.tiers] == [
+        ("train", (Position("r01/s0"), Position("r01/s1"), *held, Position("r03/s0"), Position("r03/s1"))),
+        ("dev", (Position("r04/s0"), Position("r04/s1")))]
+    assert [s.name for s in layout.slices] == ["r01/s0", "r01/s1", "r03/s0", "r03/s1", "r04/s0", "r04/s1"]
