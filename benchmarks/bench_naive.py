@@ -75,10 +75,10 @@ def trees(s: Scenario, desired) -> tuple[dict, dict]:
 
 def _rackctl_side(s: Scenario, repeat: int) -> tuple[float, float | None, str, tuple[dict, dict]]:
     """rackctl's times in this process: ``(compute_s, compare_s, note, trees)``."""
-    from reconciler.targets.kubernetes import compare as kubeplan
     from reconciler.engine import compute as pipeline
-    from reconciler.targets.kubernetes.sync import KubeOptions
     from reconciler.state.statedir import StateDir
+    from reconciler.targets.kubernetes import compare as kubeplan
+    from reconciler.targets.kubernetes.sync import KubeOptions
 
     intent = pipeline.load(str(s.stage.intent), inventory=None, config_dir=None)
     state = StateDir(s.stage.state_dir, intent.name)
@@ -94,7 +94,7 @@ def _rackctl_side(s: Scenario, repeat: int) -> tuple[float, float | None, str, t
     note, compare_s = "", None
     try:
         record, history, now = state.read_kube_record(), state.read_health(), dt.datetime.now(dt.timezone.utc)
-        compare_s = median([timed(lambda: kubeplan.compare(intent, kp.desired, result.desired, kp.live, record,
+        compare_s = median([timed(lambda: kubeplan.compare(intent, kp.desired, result.layout, kp.live, record,
                                                            history, now))[0] for _ in range(repeat)])
     except (TypeError, AttributeError) as exc:  # reconciler/ is being changed under us
         note = f"kubeplan.compare not timed ({type(exc).__name__}: {exc})"

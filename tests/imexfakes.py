@@ -44,7 +44,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden_imex"
 def load_scenario(name: str) -> dict:
     """``tests/golden_imex/<name>/scenario.yaml`` as render arguments: ``cluster``,
     ``intent_file``, ``nodes`` (ImexNode, in file order) and ``ready_timeout_s``."""
-    from reconciler.layout.planner import ImexNode
+    from reconciler.targets.slurm.desired import ImexNode
 
     data = yaml.safe_load((GOLDEN / name / "scenario.yaml").read_text())
     return {"cluster": data["cluster"], "intent_file": data["intentFile"],

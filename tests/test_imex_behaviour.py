@@ -19,7 +19,7 @@ import pytest
 from imexfakes import FakeNode, load_scenario, running
 
 from reconciler.intent.model import ImexSettings
-from reconciler.layout.planner import ImexNode
+from reconciler.targets.slurm.desired import ImexNode
 from reconciler.targets.slurm.imex_scripts import EPILOG, PROLOG, PROLOG_SLURMCTLD, render_imex_scripts
 
 UUID = "4f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b"

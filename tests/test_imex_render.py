@@ -20,7 +20,7 @@ import pytest
 from imexfakes import GOLDEN, load_scenario
 
 from reconciler.intent.model import ImexSettings
-from reconciler.layout.planner import ImexNode
+from reconciler.targets.slurm.desired import ImexNode
 from reconciler.targets.slurm.imex_scripts import EPILOG, PROLOG, PROLOG_SLURMCTLD, SCRIPTS, render_imex_scripts
 
 UPDATE = os.environ.get("RACKCTL_UPDATE_GOLDEN") == "1"

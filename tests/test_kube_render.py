@@ -18,7 +18,8 @@ from hypothesis import given, settings, strategies as st
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.layout.planner import History, plan_slurm
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, choose_versions
 from reconciler.targets.kubernetes.render import label_value, render_kubernetes
 
@@ -54,11 +55,11 @@ def render(intent_path: Path, versions: dict[str, str] | None = None, domain_dro
     """The desired Kubernetes state, built the way the pipeline builds it (offline)."""
     intent = load_intent(intent_path)
     fabric = build_fabric(load_inventory(intent.inventory_path))
-    desired = plan_slurm(intent, fabric, History())
+    layout = plan_layout(intent, fabric, History())
     domain_of = {h: t.cluster_uuid for h, t in fabric.trays.items() if t.cluster_uuid and h not in domain_drop}
     if versions is None:
         versions = choose_versions(intent.kubernetes.kueue_version)
-    return intent, render_kubernetes(intent, desired, domain_of, versions)
+    return intent, render_kubernetes(intent, layout, domain_of, versions)
 
 
 @pytest.fixture(scope="module")

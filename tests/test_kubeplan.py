@@ -8,8 +8,8 @@ import datetime as dt
 from pathlib import Path
 
 from reconciler.intent.model import load_intent
+from reconciler.layout.model import Layout, Position, Slice, Tier, TrayState
 from reconciler.layout.nodestates import HealthHistory
-from reconciler.layout.planner import Block, DesiredSlurm, NodeState, Partition
 from reconciler.targets.kubernetes.client import LiveKubernetes, LiveNode
 from reconciler.targets.kubernetes.compare import KubeRecord, NodePatch, compare, differences, digest
 from reconciler.targets.kubernetes.render import DesiredKubernetes
@@ -55,10 +55,10 @@ def _desired(labels: dict[str, dict[str, str]]) -> DesiredKubernetes:
     return DesiredKubernetes(P, labels, [], {}, {"app.kubernetes.io/managed-by": "rackctl"})
 
 
-def _slurm(nodes: tuple[str, ...], drain: tuple[str, ...] = ()) -> DesiredSlurm:
-    block = Block("r01-s0", "r01/s0", "r01", nodes)
-    return DesiredSlurm([block], [9], [Partition("train", None, nodes, None)],
-                        [NodeState(h, "DRAIN", "rackctl: unhealthy (NVLink)", "r01/s0") for h in drain], "none")
+def _layout(nodes: tuple[str, ...], drain: tuple[str, ...] = ()) -> Layout:
+    s = Slice("r01/s0", "r01", nodes, None, "r01/s0", ("r01/s0",) * len(nodes))
+    return Layout((s,), (Position("r01/s0"),), (), (Tier("train", frozenset({"r01/s0"}), nodes, (), None),),
+                  tuple(TrayState(h, "r01/s0", "unhealthy (NVLink)") for h in drain), (), ())
 
 
 def _node(name: str, labels: dict[str, str] | None = None, *, taints=(), unschedulable=False, cordon="",
@@ -72,7 +72,7 @@ def test_label_changes_name_what_differs_and_hand_edits_are_drift():
     live = LiveKubernetes({}, {"n1": _node("n1", {f"{P}rack": "r01", f"{P}slice": "x", f"{P}old": "1"}),
                                "n2": _node("n2")})
     record = KubeRecord({"n1": digest(want)}, {})
-    cmp = compare(intent, _desired({"n1": want, "n2": want}), _slurm(("n1", "n2")), live, record, HealthHistory(),
+    cmp = compare(intent, _desired({"n1": want, "n2": want}), _layout(("n1", "n2")), live, record, HealthHistory(),
                   NOW)
     assert [p.node for p in cmp.label_patches] == ["n1", "n2"]
     assert cmp.label_patches[0].labels == {f"{P}slice": "r01-s0", f"{P}old": None}
@@ -85,10 +85,10 @@ def test_an_empty_desired_state_never_prunes_without_the_flag():
     intent = load_intent(EXAMPLE)
     live = LiveKubernetes({}, {"n1": _node("n1", {f"{P}rack": "r01"})},
                           objects={"kubernetes/ResourceFlavor/f": flavor({})})
-    cmp = compare(intent, _desired({}), _slurm(()), live, KubeRecord(), HealthHistory(), NOW)
+    cmp = compare(intent, _desired({}), _layout(()), live, KubeRecord(), HealthHistory(), NOW)
     assert cmp.deletes == [] and cmp.label_patches == []
     assert [d.code for d in cmp.diagnostics if d.severity == "error"] == ["kubernetes-empty-prune"]
-    cmp = compare(intent, _desired({}), _slurm(()), live, KubeRecord(), HealthHistory(), NOW, allow_empty=True)
+    cmp = compare(intent, _desired({}), _layout(()), live, KubeRecord(), HealthHistory(), NOW, allow_empty=True)
     assert [o.name for o in cmp.deletes] == ["f"] and [p.node for p in cmp.label_patches] == ["n1"]
 
 
@@ -96,10 +96,10 @@ def test_taint_waits_for_damping_then_keeps_other_taints():
     intent = load_intent(EXAMPLE)
     other = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
     live = LiveKubernetes({}, {"n1": _node("n1", taints=[other]), "n2": _node("n2")})
-    slurm = _slurm(("n1", "n2"), drain=("n1",))
-    first = compare(intent, _desired({}), slurm, live, KubeRecord(), HealthHistory(), NOW, allow_empty=True)
+    layout = _layout(("n1", "n2"), drain=("n1",))
+    first = compare(intent, _desired({}), layout, live, KubeRecord(), HealthHistory(), NOW, allow_empty=True)
     assert first.health_patches == [] and [r.action for r in first.nodes.rows] == ["pending-drain"]
-    second = compare(intent, _desired({}), slurm, live, KubeRecord(), first.nodes.history, NOW, allow_empty=True)
+    second = compare(intent, _desired({}), layout, live, KubeRecord(), first.nodes.history, NOW, allow_empty=True)
     [(action, patch, reason)] = second.health_patches
     assert action == "taint" and reason == "rackctl: unhealthy (NVLink)"
     assert patch == NodePatch("n1", taints=(other, {"key": f"{P}unhealthy", "value": "unhealthy",
@@ -115,7 +115,7 @@ def test_cordon_mode_leaves_an_operators_cordon_alone_and_uncordons_its_own():
                      damping=replace(intent.damping, resume_after_s=0))
     live = LiveKubernetes({}, {"n1": _node("n1", unschedulable=True),
                                "n2": _node("n2", unschedulable=True, cordon="rackctl: unhealthy (NVLink)")})
-    cmp = compare(intent, _desired({}), _slurm(("n1", "n2"), drain=("n1",)), live, KubeRecord(), HealthHistory(),
+    cmp = compare(intent, _desired({}), _layout(("n1", "n2"), drain=("n1",)), live, KubeRecord(), HealthHistory(),
                   NOW, allow_empty=True)
     assert {r.node: r.action for r in cmp.nodes.rows} == {"n1": "operator", "n2": "resume"}
     [(action, patch, _)] = cmp.health_patches
@@ -127,7 +127,7 @@ def test_cordon_mode_leaves_an_operators_cordon_alone_and_uncordons_its_own():
 def test_not_ready_nodes_are_reported_per_slice():
     intent = load_intent(EXAMPLE)
     live = LiveKubernetes({}, {"n1": _node("n1", ready=False), "n2": _node("n2")})
-    cmp = compare(intent, _desired({}), _slurm(("n1", "n2")), live, KubeRecord(), HealthHistory(), NOW,
+    cmp = compare(intent, _desired({}), _layout(("n1", "n2")), live, KubeRecord(), HealthHistory(), NOW,
                   allow_empty=True)
     [d] = [d for d in cmp.diagnostics if d.code == "kubernetes-node-not-ready"]
     assert d.message == "slice r01/s0: 1 of 2 Node(s) NotReady: n1"

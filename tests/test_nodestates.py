@@ -9,8 +9,8 @@ from clihelp import ROOT
 
 from reconciler.errors import TargetError
 from reconciler.intent.model import Damping, load_intent
-from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, plan_nodes
-from reconciler.layout.planner import NodeState
+from reconciler.layout.model import TrayState
+from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, LiveState, plan_nodes
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm.controller import Controller, NodeInfo
 from reconciler.targets.slurm.controllercheck import _qos_diagnostics
@@ -20,10 +20,10 @@ SLICES = {f"n{i}": "r01" for i in range(1, 5)}
 IDLE = frozenset({"IDLE"})
 
 
-def _live(**drained: tuple[str, str]) -> dict[str, NodeInfo]:
-    out = {h: NodeInfo(h, IDLE) for h in SLICES}
+def _live(**drained: tuple[str, str]) -> dict[str, LiveState]:
+    out = {h: NodeInfo(h, IDLE).live_state for h in SLICES}
     for h, (reason, by) in drained.items():
-        out[h] = NodeInfo(h, IDLE | {"DRAIN"}, reason, by)
+        out[h] = NodeInfo(h, IDLE | {"DRAIN"}, reason, by).live_state
     return out
 
 
@@ -37,14 +37,14 @@ def _passes(history: HealthHistory, desired, live, damping, times):
 
 
 def test_a_tray_is_drained_only_after_the_set_number_of_consecutive_passes():
-    bad = [NodeState("n1", "DRAIN", "rackctl: unhealthy", "r01")]
+    bad = [TrayState("n1", "r01", "unhealthy")]
     rows = _passes(HealthHistory(), bad, _live(), Damping(3, 0, 900), [T0, T0, T0])
     assert [r["n1"] for r in rows] == [("pending-drain", "unhealthy on 1 of 3 passes"),
                                        ("pending-drain", "unhealthy on 2 of 3 passes"), ("drain", "")]
 
 
 def test_a_healthy_pass_resets_the_count():
-    bad = [NodeState("n1", "DRAIN", "rackctl: unhealthy", "r01")]
+    bad = [TrayState("n1", "r01", "unhealthy")]
     p1 = plan_nodes(bad, SLICES, _live(), HealthHistory(), Damping(2, 0, 900), T0)
     p2 = plan_nodes([], SLICES, _live(), p1.history, Damping(2, 0, 900), T0)  # flapped back
     p3 = plan_nodes(bad, SLICES, _live(), p2.history, Damping(2, 0, 900), T0)
@@ -52,7 +52,7 @@ def test_a_healthy_pass_resets_the_count():
 
 
 def test_drain_after_minutes_also_has_to_pass():
-    bad = [NodeState("n1", "DRAIN", "rackctl: unhealthy", "r01")]
+    bad = [TrayState("n1", "r01", "unhealthy")]
     damping = Damping(1, 600, 900)
     rows = _passes(HealthHistory(), bad, _live(), damping, [T0, T0 + dt.timedelta(minutes=5),
                                                            T0 + dt.timedelta(minutes=10)])
@@ -70,7 +70,7 @@ def test_resume_only_what_rackctl_drained_once_healthy_long_enough():
 
 
 def test_operator_drain_already_drained_and_no_controller():
-    bad = [NodeState(h, "DRAIN", "rackctl: unhealthy", "r01") for h in ("n1", "n2")]
+    bad = [TrayState(h, "r01", "unhealthy") for h in ("n1", "n2")]
     live = _live(n1=("bad DIMM", "alice"), n2=("rackctl: unhealthy", "root"))
     rows = {r.node: r for r in plan_nodes(bad, SLICES, live, HealthHistory(), Damping(), T0).rows}
     assert (rows["n1"].action, rows["n1"].note) == ("operator", "drained by alice: bad DIMM")

@@ -15,7 +15,9 @@ import pytest
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
-from reconciler.layout.planner import History, plan_slurm
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
+from reconciler.targets.slurm.desired import desired_slurm
 
 U1 = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"
@@ -26,7 +28,8 @@ def plan(tmp_path: Path):
     def _plan(body: str, nodes: list[dict], history: History = History()):
         (tmp_path / "intent.yaml").write_text("apiVersion: rackctl.dev/v1alpha1\nkind: ClusterIntent\n"
                                               "metadata: {name: t}\n" + textwrap.dedent(body))
-        return plan_slurm(load_intent(tmp_path / "intent.yaml"), build_fabric(nodes), history)
+        intent, fabric = load_intent(tmp_path / "intent.yaml"), build_fabric(nodes)
+        return desired_slurm(intent, plan_layout(intent, fabric, history), history, fabric.addresses)
     return _plan
 
 

@@ -14,7 +14,7 @@ from clihelp import EXAMPLES_DIR
 from hypothesis import given, settings, strategies as st
 
 from reconciler.intent.model import SlurmPartition, load_intent
-from reconciler.layout.planner import Block, DesiredSlurm, Partition, Topology
+from reconciler.targets.slurm.desired import Block, DesiredSlurm, Partition, Topology
 from reconciler.targets.slurm.render import partition_options, render_slurm
 from reconciler.targets.slurm.target import parse_blocks, parse_partitions
 from reconciler.text import hostlist

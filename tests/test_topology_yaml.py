@@ -19,7 +19,9 @@ from clihelp import rackctl, run_main
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
-from reconciler.layout.planner import History, plan_slurm
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
+from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.targets.slurm.target import parse_blocks, parse_partitions, parse_topologies
 from reconciler.text import hostlist
 
@@ -342,7 +344,8 @@ targets: {{slurm: {{version: "25.05", topologyFile: topology.yaml}}}}
 """)
     nodes = (nr.rack("gb-r01-n[01-36]", UUIDS["r01"]) + nr.rack("gb-r02-n[01-18]", UUIDS["r02"])
              + nr.rack("gb-r03-n[01-18]", UUIDS["r03"]))
-    desired = plan_slurm(load_intent(tmp_path / "intent.yaml"), build_fabric(nodes), History())
+    intent, fabric = load_intent(tmp_path / "intent.yaml"), build_fabric(nodes)
+    desired = desired_slurm(intent, plan_layout(intent, fabric, History()), History(), fabric.addresses)
     assert [(t.name, t.cluster_default, t.block_sizes, [b.name for b in t.blocks]) for t in desired.topologies] == [
         ("mixed", True, (9,), ["r01-s0", "r01-s1", "r02-s0", "r02-s1", "r03-s0", "r03-s1"]),
         ("big", False, (18, 36), ["r01-s0", "r01-s1"]),

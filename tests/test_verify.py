@@ -15,8 +15,10 @@ from reconciler.engine import verify
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
-from reconciler.layout.planner import History, plan_slurm
+from reconciler.layout.model import History
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm.controller import NodeInfo
+from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.text import hostlist
 
 # Measured with the test bed (slurmctld 24.11.5): placement and refusal, both on stderr.
@@ -29,7 +31,7 @@ BAD_PARTITION = "sbatch: error: invalid partition specified: nosuch\nallocation 
 def _example(name: str):
     intent = load_intent(EXAMPLES_DIR / name / "intent.yaml")
     fabric = build_fabric(load_inventory(intent.inventory_path))
-    return intent, fabric, plan_slurm(intent, fabric, History())
+    return intent, fabric, desired_slurm(intent, plan_layout(intent, fabric, History()), History(), fabric.addresses)
 
 
 def _facts(desired, fabric, drained=(), blocks=None):

@@ -22,8 +22,9 @@ from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
 from reconciler.intent.model import Intent, load_intent
-from reconciler.layout.planner import DesiredSlurm, plan_slurm
+from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm import target as slurm_target
+from reconciler.targets.slurm.desired import DesiredSlurm, desired_slurm
 from reconciler.targets.slurm.render import partition_options, render_slurm
 from reconciler.text import hostlist
 
@@ -81,7 +82,9 @@ def first_plan(draft: Draft, intent: Intent, fabric: Fabric) -> tuple[list[Diagn
     comment-only and created files), and how many of its differences ``maxJobSpan`` decides
     (BlockSizes or a topology's block sizes, a partition's MaxNodes)."""
     cfg = draft.cfg
-    desired = plan_slurm(intent, fabric, slurm_target.history(intent, cfg.live, None))
+    history = slurm_target.history(intent, cfg.live, None)
+    layout = plan_layout(intent, fabric, history)
+    desired = desired_slurm(intent, layout, history, fabric.addresses)
     files = render_slurm(intent, desired)
     blocks = _blocks(cfg, desired)
     sizes = _sizes(cfg, desired)
@@ -89,7 +92,7 @@ def first_plan(draft: Draft, intent: Intent, fabric: Fabric) -> tuple[list[Diagn
     settings = _settings(cfg, files)
     out = blocks + sizes + partitions + settings
     out += _files(cfg, files, {cfg.topology_file: bool(blocks or sizes), cfg.include_file: bool(partitions or settings)})
-    errors = [d for d in desired.diagnostics + slurm_target.check(intent, cfg.live, desired.placed_hosts)
+    errors = [d for d in desired.diagnostics + slurm_target.check(intent, cfg.live, layout.placed)
               if d.severity == ERROR]
     out += [Diagnostic(WARNING, "import-plan-error", f"error {d.code}: {d.message}", d.subject) for d in errors]
     return out, len(sizes) + max_nodes

@@ -10,7 +10,7 @@ stops reporting or loses its fabric registration stays in its block and is drain
 ``clusterUUID`` when the live block names carry the domain's UUID (the site keyed its blocks by
 NVLink domain) or ``--select clusterUUID`` asks for it.
 
-Slicing, so that the planner renders the same block names (``planner.block_name``): one block
+Slicing, so that the planner renders the same block names (``layout.model.flat_name``): one block
 named like the rack -> ``whole``; blocks ``R-s0``..``R-s<n-1>`` of equal size -> ``equal``;
 blocks ``R-c<id>`` that are Fabric Manager's cliques -> ``cliques``; other ``R-<name>`` blocks of
 one size -> ``explicit``. Blocks whose names cannot be kept are renamed: cliques when they are
@@ -28,7 +28,7 @@ from reconciler.adopt.live import LiveBlock, LiveConfig
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
-from reconciler.layout.planner import rack_of_block
+from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist, schemas
 
 _NAME = re.compile(schemas.validator("intent").schema["properties"]["racks"]["items"]["properties"]["name"]["pattern"])

@@ -20,8 +20,9 @@ from reconciler.guard import deadline
 from reconciler.intent.model import Intent, load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout import freshness
+from reconciler.layout.model import History, Layout
 from reconciler.layout.nodestates import NodePlan, plan_nodes
-from reconciler.layout.planner import DesiredSlurm, History, plan_slurm
+from reconciler.layout.planner import plan_layout
 from reconciler.plan import blastradius, provenance
 from reconciler.plan.model import KubernetesSection, Plan
 from reconciler.state.statedir import AppliedRecord, StateDir
@@ -30,14 +31,10 @@ from reconciler.targets.kubernetes.sync import KubeOptions, KubePass
 from reconciler.targets.slurm import controller as slurm_controller, controllercheck, imexcheck, target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.controller import Controller
+from reconciler.targets.slurm.desired import DesiredSlurm, desired_slurm
 from reconciler.targets.slurm.diff import build_section
 from reconciler.targets.slurm.render import SAFE_PATH, render_slurm
 from reconciler.targets.slurm.target import LiveSlurm
-
-#: Planner findings about Slurm's own rendering, left out when the Slurm target is off.
-SLURM_ONLY = frozenset({"block-name-duplicate", "block-placeholder", "block-moved", "block-removed",
-                        "tier-block-sizes", "imex-span", "imex-address-missing", "imex-address-shared",
-                        "node-drain", "partition-empty"})
 
 
 @dataclass
@@ -45,6 +42,7 @@ class Run:
     """Everything one run computed, for ``apply`` to act on."""
 
     intent: Intent
+    layout: Layout
     desired: DesiredSlurm
     files: dict[str, bytes]
     live: LiveSlurm
@@ -129,13 +127,17 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
         live = slurm_target.read_live(intent, snapshot.files(intent.slurm.config_dir) if snapshot else DISK)
         record = state.read_record(intent.slurm.config_dir)
         adopted = state.read_adopted(intent.slurm.config_dir) if record is None else None
-        desired = plan_slurm(intent, fabric, slurm_target.history(intent, live, record))
+        history = slurm_target.history(intent, live, record)
+        layout = plan_layout(intent, fabric, history)
+        desired = desired_slurm(intent, layout, history, fabric.addresses)
         files = render_slurm(intent, desired)
+        diags: list[Diagnostic] = list(desired.diagnostics)
     else:  # the slices still come from the planner; no Slurm file is read or written
         live, record, adopted = LiveSlurm(intent.slurm.config_dir, {}), None, None
-        desired = plan_slurm(intent, fabric, History())
+        layout = plan_layout(intent, fabric, History())
+        desired = desired_slurm(intent, layout, History(), fabric.addresses)
         files = {}
-    diags: list[Diagnostic] = list(desired.diagnostics)
+        diags = layout.findings()
     pending = slurm_target.interrupted(intent, state)  # apply and reconcile --mode apply recovered it already
     if pending is not None:
         diags.append(pending)
@@ -148,17 +150,15 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                                     "path changing; set configDir to the controller's absolute path",
                                     "targets.slurm.configDir"))
     if intent.slurm_enabled:
-        diags += slurm_target.check(intent, live, desired.placed_hosts)
-    else:
-        diags = [d for d in diags if d.code not in SLURM_ONLY]
-    diags += freshness.check(intent, nodes, desired, set(fabric.trays), now)
-    imex_diags, imex_drift = imexcheck.check(intent, nodes, desired.placed_hosts, files)
+        diags += slurm_target.check(intent, live, layout.placed)
+    diags += freshness.check(intent, nodes, layout.placed, set(fabric.trays), now)
+    imex_diags, imex_drift = imexcheck.check(intent, nodes, layout.placed, files)
     diags += imex_diags
     ctl, view = None, None
     health = state.read_health()
     kpass = None
     if intent.kubernetes is not None:
-        kpass = kubesync.plan(intent, desired, _domains(fabric), state.read_kube_record(), health, now, kube,
+        kpass = kubesync.plan(intent, layout, _domains(fabric), state.read_kube_record(), health, now, kube,
                               offline=offline, replay=snapshot.kubernetes() if snapshot else None,
                               node_read=node_read)
         diags += kpass.diagnostics
@@ -166,12 +166,12 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
     if intent.slurm_enabled:
         ctl, view = _controller(intent, desired, live, offline, diags, snapshot)
         deadline.check("reading the Slurm controller")
-    slice_of = {h: b.slice_name for b in desired.blocks for h in b.nodes}
-    node_plan = (plan_nodes(desired.node_states, slice_of, ctl.nodes if ctl else None, health, intent.damping, now)
+    live_states = {h: n.live_state for h, n in ctl.nodes.items()} if ctl else None
+    node_plan = (plan_nodes(layout.tray_states, layout.slice_of, live_states, health, intent.damping, now)
                  if intent.slurm_enabled else NodePlan([], health))
     topology = intent.slurm.topology_file
     live_blocks = slurm_target.parse_blocks(live.files.get(topology), topology) if intent.slurm_enabled else []
-    diags += blastradius.check(intent, live_blocks=live_blocks, placed=desired.placed_hosts, slurm_rows=node_plan.rows,
+    diags += blastradius.check(intent, live_blocks=live_blocks, placed=layout.placed, slurm_rows=node_plan.rows,
                                kpass=kpass, allow_destructive=allow_destructive)
     diags.sort(key=lambda d: SEVERITIES.index(d.severity))  # errors first; stable otherwise
     source = provenance.Provenance(
@@ -192,7 +192,7 @@ def _compute(intent: Intent, state: StateDir, now: dt.datetime, offline: bool, s
                                          tuple(r.to_json() for r in node_rows))
     plan = Plan(intent.name, source, tuple(desired.block_sizes), tuple(diags), slurm, kube_section,
                 tuple(imex_drift), show_users)
-    return Run(intent, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
+    return Run(intent, layout, desired, files, live, record, state, plan, ctl, node_plan, fabric, kpass)
 
 
 #: An inventory of at least this many NodeReport files, or one file of at least this many bytes,
@@ -266,7 +266,7 @@ def _age(seconds: float) -> str:
 
 def replan_kubernetes(run: Run, kube: KubeOptions) -> KubePass:
     """The Kubernetes target compared again, after an apply (its changes should be none)."""
-    return kubesync.plan(run.intent, run.desired, _domains(run.fabric), run.state.read_kube_record(),
+    return kubesync.plan(run.intent, run.layout, _domains(run.fabric), run.state.read_kube_record(),
                          run.state.read_health(), dt.datetime.now(dt.timezone.utc), kube, offline=False)
 
 

@@ -62,9 +62,9 @@ from reconciler.errors import RackctlError, TargetError
 from reconciler.fabric.model import Fabric
 from reconciler.guard.untrusted import MAX_TEXT_CHARS, code_span, markdown, shown
 from reconciler.intent.model import Intent
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm import controller as slurm_controller
+from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.text import hostlist
 from reconciler.views.report import dump
 

@@ -73,6 +73,11 @@ class Fabric:
     by_domain: dict[ClusterUUID, list[Hostname]]
     by_chassis: dict[str, list[Hostname]]
 
+    @property
+    def addresses(self) -> dict[Hostname, tuple[str, ...]]:
+        """Host -> the addresses its tray reports (possibly none), for every discovered tray."""
+        return {h: t.addresses for h, t in self.trays.items()}
+
 
 def is_attached(fabric: dict[str, Any] | None) -> bool:
     """NVIDIA's attachment rule for one GPU's fabric info (NodeReport ``gpus[].fabric``)."""

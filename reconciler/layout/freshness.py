@@ -14,7 +14,6 @@ from typing import Any
 from reconciler.diagnostics import WARNING, Diagnostic
 from reconciler.intent.model import Intent
 from reconciler.inventory.store import parse_time
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.text import hostlist
 
 #: How far in the future a report may be dated before it counts as clock skew (seconds).
@@ -23,10 +22,10 @@ CLOCK_SKEW_TOLERANCE_S = 300
 STALE_CODES = frozenset({"inventory-stale", "inventory-incomplete", "inventory-clock-skew"})
 
 
-def check(intent: Intent, nodes: list[dict[str, Any]], desired: DesiredSlurm, reporting: set[str],
+def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str], reporting: set[str],
           now: dt.datetime) -> list[Diagnostic]:
-    """Staleness, clock skew and completeness diagnostics (warnings). ``reporting``: the hosts
-    present in the inventory; ``now``: an aware datetime."""
+    """Staleness, clock skew and completeness diagnostics (warnings). ``placed``: the trays of the
+    placed slices; ``reporting``: the hosts present in the inventory; ``now``: an aware datetime."""
     diags: list[Diagnostic] = []
     old, future, undated = [], [], []
     for node in nodes:
@@ -51,7 +50,6 @@ def check(intent: Intent, nodes: list[dict[str, Any]], desired: DesiredSlurm, re
         diags.append(Diagnostic(WARNING, "inventory-undated", f"{len(undated)} reports carry no collectedAt, so "
                                 f"their age is unknown: {_hosts(undated)}", "inventory"))
     declared = sum(r.trays for r in intent.racks)
-    placed = {h for b in desired.blocks for h in b.nodes}
     missing = declared - len(placed & reporting)
     if declared and missing / declared > intent.inventory_max_missing_share:
         diags.append(Diagnostic(WARNING, "inventory-incomplete", f"{missing} of the {declared} trays the racks "

@@ -15,11 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.intent.model import Damping
-from reconciler.layout.planner import NodeState
-from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX, NodeInfo
+from reconciler.layout.model import REASON_PREFIX, TrayState
 
 #: Reason of a drain ``--drain-first`` sets before a re-slice; resumed once the re-slice is live.
-RESLICE_REASON = f"{RACKCTL_REASON_PREFIX} re-slice pending (drained until idle)"
+RESLICE_REASON = f"{REASON_PREFIX} re-slice pending (drained until idle)"
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """A tray as a target sees it now: ``drained`` (a Slurm drain, a Kubernetes taint or cordon),
+    ``by_rackctl`` (with a reason rackctl gave), ``reason`` and ``drained_by`` (who drained it;
+    empty when unknown)."""
+
+    drained: bool
+    by_rackctl: bool
+    reason: str = ""
+    drained_by: str = ""
 
 
 @dataclass
@@ -87,40 +98,40 @@ class NodePlan:
         return [r for r in self.rows if r.action == "resume"]
 
 
-def plan_nodes(desired: list[NodeState], slice_of: dict[str, str], live: dict[str, NodeInfo] | None,
+def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[str, str], live: dict[str, LiveState] | None,
                history: HealthHistory, damping: Damping, now: dt.datetime) -> NodePlan:
     """Decide this pass's drains and resumes.
 
-    ``desired``: the planner's DRAIN states; ``slice_of``: host -> slice for every placed tray;
-    ``live``: the controller's nodes (None: not read, rows are only ``listed``).
+    ``desired``: the layout's trays to take out of service; ``slice_of``: host -> slice for every
+    placed tray; ``live``: the target's trays (None: not read, rows are only ``listed``).
     """
     stamp = _rfc3339(now)
     rows: list[NodeRow] = []
     nxt = HealthHistory()
-    wanted = {s.host: s for s in desired}
+    wanted = {s.tray for s in desired}
     for s in desired:
-        since, passes = history.unhealthy.get(s.host, (stamp, 0))
+        since, passes = history.unhealthy.get(s.tray, (stamp, 0))
         passes += 1
-        nxt.unhealthy[s.host] = (since, passes)
-        node = live.get(s.host) if live is not None else None
+        nxt.unhealthy[s.tray] = (since, passes)
+        node = live.get(s.tray) if live is not None else None
         if live is None:
-            rows.append(NodeRow(s.host, s.slice_name, "listed", s.reason, "controller not read"))
+            rows.append(NodeRow(s.tray, s.slice, "listed", s.reason, "controller not read"))
         elif node is None:
-            rows.append(NodeRow(s.host, s.slice_name, "listed", s.reason, "not a node of the controller"))
+            rows.append(NodeRow(s.tray, s.slice, "listed", s.reason, "not a node of the controller"))
         elif node.drained:
-            who = "" if node.drained_by_rackctl else f"drained by {node.reason_by or 'an operator'}: {node.reason}"
-            rows.append(NodeRow(s.host, s.slice_name, "drained" if not who else "operator", s.reason, who))
+            who = "" if node.by_rackctl else f"drained by {node.drained_by or 'an operator'}: {node.reason}"
+            rows.append(NodeRow(s.tray, s.slice, "drained" if not who else "operator", s.reason, who))
         else:
             waited = (now - _parse(since)).total_seconds()
             if passes >= damping.drain_after_passes and waited >= damping.drain_after_s:
-                rows.append(NodeRow(s.host, s.slice_name, "drain", s.reason))
+                rows.append(NodeRow(s.tray, s.slice, "drain", s.reason))
             else:
                 note = f"unhealthy on {passes} of {damping.drain_after_passes} passes"
                 if damping.drain_after_s:
                     note += f", for {int(waited)} of {damping.drain_after_s} s"
-                rows.append(NodeRow(s.host, s.slice_name, "pending-drain", s.reason, note))
+                rows.append(NodeRow(s.tray, s.slice, "pending-drain", s.reason, note))
     for host, node in (live or {}).items():
-        if host in wanted or not node.drained_by_rackctl or host not in slice_of:
+        if host in wanted or not node.by_rackctl or host not in slice_of:
             continue
         if node.reason == RESLICE_REASON:
             continue  # resumed by apply once the re-slice is live, not by health

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.compute import Run
-from reconciler.layout.planner import rack_of_block, tray_order_key
-from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX
+from reconciler.layout.model import REASON_PREFIX
+from reconciler.layout.planner import tray_order_key
+from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist
 
 HEALTHY, PENDING, DRAINED, MISSING = "healthy", "pending", "drained", "missing"
@@ -216,7 +217,7 @@ def _live_marks(run: Run, tray) -> None:
     view = run.plan.slurm.controller if run.plan.slurm else None
     for b in view.blocks if view is not None else ():
         for d in b["drained"]:
-            ours = d["reason"].startswith(RACKCTL_REASON_PREFIX)
+            ours = d["reason"].startswith(REASON_PREFIX)
             who = "" if ours else f" by {d['by'] or 'an operator'}"
             tray(d["node"]).add(DRAINED, "drain" if ours else "operator", f"drained{who}: {d['reason']}")
         for d in b["down"]:

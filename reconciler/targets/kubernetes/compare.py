@@ -23,12 +23,11 @@ from typing import Any
 
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic
 from reconciler.intent.model import Intent
-from reconciler.layout.nodestates import HealthHistory, NodePlan, plan_nodes
-from reconciler.layout.planner import DesiredSlurm
+from reconciler.layout.model import REASON_PREFIX, Layout
+from reconciler.layout.nodestates import HealthHistory, LiveState, NodePlan, plan_nodes
 from reconciler.targets.kubernetes.client import FIELD_MANAGER, LiveKubernetes, LiveNode
 from reconciler.targets.kubernetes.kueue import KINDS, KubeObject
 from reconciler.targets.kubernetes.render import DesiredKubernetes, label_value
-from reconciler.targets.slurm.controller import RACKCTL_REASON_PREFIX, NodeInfo
 from reconciler.text import hostlist
 
 TAINT_EFFECT = "NoSchedule"
@@ -109,7 +108,7 @@ class KubeComparison:
     health_patches: list[tuple[str, NodePatch, str]] = field(default_factory=list)  # (action, patch, reason)
 
 
-def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, live: LiveKubernetes,
+def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: LiveKubernetes,
             record: KubeRecord, history: HealthHistory, now: dt.datetime, *,
             allow_empty: bool = False) -> KubeComparison:
     """Compare desired with live. ``history``: the trays' health history (damping);
@@ -206,8 +205,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, slurm: DesiredSlurm, liv
 
     comparison = KubeComparison(candidates, deletes, patches, reasons, causes, drift, diags)
     if target.unhealthy_nodes != "none":
-        _plan_health(intent, slurm, live, history, now, comparison)
-    _not_ready(slurm, live, diags)
+        _plan_health(intent, layout, live, history, now, comparison)
+    _not_ready(layout, live, diags)
     return comparison
 
 
@@ -294,15 +293,14 @@ def _label_reason(have: dict[str, str], change: dict[str, str | None]) -> str:
     return ", ".join(parts)
 
 
-def _plan_health(intent: Intent, slurm: DesiredSlurm, live: LiveKubernetes, history: HealthHistory, now: dt.datetime,
+def _plan_health(intent: Intent, layout: Layout, live: LiveKubernetes, history: HealthHistory, now: dt.datetime,
                  out: KubeComparison) -> None:
-    """Taint or cordon the trays the planner wants out of service, with damping."""
+    """Taint or cordon the trays the layout takes out of service, with damping."""
     target = intent.kubernetes
     assert target is not None
     key, note_key = taint_key(target.label_prefix), cordon_annotation(target.label_prefix)
     infos = {name: _node_info(n, target.unhealthy_nodes, key) for name, n in live.nodes.items()}
-    slice_of = {h: b.slice_name for b in slurm.blocks for h in b.nodes}
-    out.nodes = plan_nodes(slurm.node_states, slice_of, infos, history, intent.damping, now)
+    out.nodes = plan_nodes(layout.tray_states, layout.slice_of, infos, history, intent.damping, now)
     for row in out.nodes.rows:
         node = live.nodes.get(row.node)
         if node is None or row.action not in ("drain", "resume"):
@@ -320,32 +318,32 @@ def _plan_health(intent: Intent, slurm: DesiredSlurm, live: LiveKubernetes, hist
         out.health_patches.append((action, patch, row.reason))
 
 
-def _node_info(node: LiveNode, mode: str, key: str) -> NodeInfo:
-    """A Node seen as ``plan_nodes`` sees a Slurm node: "drained" by rackctl when it carries
-    rackctl's taint (taint mode) or rackctl's cordon annotation; cordoned by someone else is an
-    operator's."""
+def _node_info(node: LiveNode, mode: str, key: str) -> LiveState:
+    """A Node as ``plan_nodes`` reads a tray: "drained" by rackctl when it carries rackctl's taint
+    (taint mode) or rackctl's cordon annotation; cordoned by someone else is an operator's."""
     if mode == "taint":
         ours = next((t for t in node.taints if t.get("key") == key), None)
         if ours is not None:
-            return NodeInfo(node.name, frozenset({"DRAIN"}), f"{RACKCTL_REASON_PREFIX} {ours.get('value', '')}")
-        return NodeInfo(node.name, frozenset())
+            return LiveState(True, True, f"{REASON_PREFIX} {ours.get('value', '')}")
+        return LiveState(False, False)
     if node.unschedulable:
-        return NodeInfo(node.name, frozenset({"DRAIN"}), node.cordon_reason or "cordoned",
-                        "" if node.cordon_reason else "an operator (kubectl cordon)")
-    return NodeInfo(node.name, frozenset())
+        reason = node.cordon_reason or "cordoned"
+        return LiveState(True, reason.startswith(REASON_PREFIX), reason,
+                         "" if node.cordon_reason else "an operator (kubectl cordon)")
+    return LiveState(False, False)
 
 
 def _taint_value(reason: str) -> str:
     """``rackctl: fabric-incomplete ...`` -> ``fabric-incomplete`` (a taint value is a label value)."""
-    cause = reason.removeprefix(RACKCTL_REASON_PREFIX).strip().split(" ", 1)[0]
+    cause = reason.removeprefix(REASON_PREFIX).strip().split(" ", 1)[0]
     return label_value("slice-below-min-healthy-share" if cause == "slice" else cause or "unhealthy")
 
 
-def _not_ready(slurm: DesiredSlurm, live: LiveKubernetes, diags: list[Diagnostic]) -> None:
+def _not_ready(layout: Layout, live: LiveKubernetes, diags: list[Diagnostic]) -> None:
     """One warning per slice whose Nodes are not all Ready."""
-    for block in slurm.blocks:
-        down = [h for h in block.nodes if h in live.nodes and not live.nodes[h].ready]
+    for s in layout.slices:
+        down = [h for h in s.trays if h in live.nodes and not live.nodes[h].ready]
         if down:
-            diags.append(Diagnostic(WARNING, "kubernetes-node-not-ready", f"slice {block.slice_name}: {len(down)} of "
-                                    f"{len(block.nodes)} Node(s) NotReady: {hostlist.compress(down)}",
-                                    block.slice_name, hardware=True))
+            diags.append(Diagnostic(WARNING, "kubernetes-node-not-ready", f"slice {s.name}: {len(down)} of "
+                                    f"{len(s.trays)} Node(s) NotReady: {hostlist.compress(down)}",
+                                    s.name, hardware=True))

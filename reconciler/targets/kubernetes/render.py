@@ -1,10 +1,10 @@
-"""Intent x Fabric x the planned slices -> the desired Kubernetes state. Pure: no I/O.
+"""Intent x the layout -> the desired Kubernetes state. Pure: no I/O.
 
-What rackctl renders for Kubernetes, from the same slices that become Slurm blocks:
+What rackctl renders for Kubernetes, from the layout's slices and tiers:
 
 - node labels under the intent's prefix (default ``rackctl.dev/``): ``cluster`` (the intent's
   name: which intent owns the Node, so two intents on one cluster never undo each other),
-  ``rack``, ``nvlink-domain`` (the NVML fabric cluster UUID), ``slice`` (the block name,
+  ``rack``, ``nvlink-domain`` (the NVML fabric cluster UUID), ``slice`` (the slice's flat name,
   ``r01-s0``) and one ``tier.<name>=true`` per tier serving the node. Keys and values follow the Kubernetes label
   syntax (``k8s.io/apimachinery`` validation): a value that does not fit is shortened and given a
   hash suffix, so that two different values never meet.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.intent.model import Intent
-from reconciler.layout.planner import DesiredSlurm
+from reconciler.layout.model import Layout, flat_name
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, KubeObject, label_selector
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "rackctl")
@@ -70,7 +70,7 @@ def tier_label(prefix: str, tier: str) -> str:
     return f"{prefix}tier.{tier}"
 
 
-def render_kubernetes(intent: Intent, desired: DesiredSlurm, domain_of: dict[str, str],
+def render_kubernetes(intent: Intent, layout: Layout, domain_of: dict[str, str],
                       versions: dict[str, str]) -> DesiredKubernetes:
     """The desired labels and Kueue objects. ``domain_of``: host -> NVLink domain (cluster UUID)
     of every discovered tray; ``versions`` from ``kueue.choose_versions`` (a kind missing from it
@@ -80,19 +80,18 @@ def render_kubernetes(intent: Intent, desired: DesiredSlurm, domain_of: dict[str
     prefix = target.label_prefix
     cluster = label_value(intent.name)
     labels: dict[str, dict[str, str]] = {}
-    for block in desired.blocks:
-        # A tray that stopped reporting keeps its slice; it is in the slice's domain.
-        domain = next((domain_of[h] for h in block.nodes if h in domain_of), None)
-        for host in block.nodes:
-            node_domain = domain_of.get(host, domain)
-            own = {f"{prefix}cluster": cluster, f"{prefix}rack": label_value(block.rack),
-                   f"{prefix}slice": label_value(block.name)}
+    for s in layout.slices:
+        for host in s.trays:
+            # A tray that stopped reporting keeps its slice; it is in the slice's domain.
+            node_domain = domain_of.get(host, s.domain)
+            own = {f"{prefix}cluster": cluster, f"{prefix}rack": label_value(s.rack),
+                   f"{prefix}slice": label_value(flat_name(s.name))}
             if node_domain:
                 own[f"{prefix}nvlink-domain"] = label_value(node_domain)
             labels[host] = own
-    for p in desired.partitions:
-        key = tier_label(prefix, p.tier)
-        for host in p.nodes:
+    for tier in layout.tiers:
+        key = tier_label(prefix, tier.name)
+        for host in tier.trays:
             labels.setdefault(host, {})[key] = "true"
 
     owner = {MANAGED_BY[0]: MANAGED_BY[1], f"{prefix}cluster": cluster}

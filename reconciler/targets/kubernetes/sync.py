@@ -24,8 +24,8 @@ import yaml
 from reconciler.diagnostics import ERROR, INFO, Diagnostic
 from reconciler.errors import TargetError
 from reconciler.intent.model import Intent
+from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.plan.model import Action, Cause, Change
 from reconciler.targets.kubernetes import computedomains, kueue, nodelist
 from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect,
@@ -141,7 +141,7 @@ def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = Fa
     return NodeRead(future, listing)
 
 
-def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record: KubeRecord,
+def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: KubeRecord,
          history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool,
          replay: KubeReads | None = None, node_read: NodeRead | None = None) -> KubePass:
     """Plan the Kubernetes target. ``replay``: read a live snapshot instead of the server (no
@@ -152,7 +152,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     assert target is not None
     if offline:
         versions = kueue.choose_versions(target.kueue_version)
-        kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions))
+        kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions))
         kpass.changes = _against_record(kpass.desired, record)
         kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
                                             f"(--offline): rendered with Kueue {versions['Topology']} and compared "
@@ -165,7 +165,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
         api = replay or options.connect()
         served, nodes = api.served_kinds(kueue.GROUP), None
     versions = kueue.choose_versions(target.kueue_version, served)
-    kpass = KubePass(render_kubernetes(intent, slurm, domain_of, versions), api)
+    kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions), api)
     for kind in kueue.KINDS:
         if kind in versions:
             continue
@@ -177,7 +177,7 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     desired = kpass.desired
     kpass.live = read_live(api, desired.objects, desired.owner_labels, desired.label_prefix,
                            cordon_annotation(desired.label_prefix), nodes, served)
-    cmp = kpass.comparison = compare(intent, desired, slurm, kpass.live, record, history, now,
+    cmp = kpass.comparison = compare(intent, desired, layout, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)
     # A kind not rendered (not served at the pinned version) is not pruned either.
     cmp.deletes = [o for o in cmp.deletes if o.kind in versions]
@@ -195,9 +195,8 @@ def plan(intent: Intent, slurm: DesiredSlurm, domain_of: dict[str, str], record:
     for action, p, reason in cmp.health_patches:
         kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", action, Cause.INTENT, reason))
     if kpass.live.compute_domains is not None:
-        slice_of = {h: b.slice_name for b in slurm.blocks for h in b.nodes}
-        out = {s.host for s in slurm.node_states}
-        kpass.diagnostics += computedomains.check(kpass.live.compute_domains, slice_of, out,
+        out = {s.tray for s in layout.tray_states}
+        kpass.diagnostics += computedomains.check(kpass.live.compute_domains, layout.slice_of, out,
                                                   target.compute_domain_not_ready_s, now)
     return kpass
 

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun, deadline
+from reconciler.layout.model import REASON_PREFIX
+from reconciler.layout.nodestates import LiveState
 from reconciler.text import hostlist
 
 COMMAND_TIMEOUT_S = 120
@@ -30,7 +32,6 @@ BUSY_JOB_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"
 #: ``scontrol show config`` keys rackctl compares with what it renders.
 CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld",
                "SlurmctldLogFile", "TopologyPlugin")
-RACKCTL_REASON_PREFIX = "rackctl:"
 
 _TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+Nodes=(\S*)\s+BlockSize=(\d+)")
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
@@ -53,7 +54,12 @@ class NodeInfo:
 
     @property
     def drained_by_rackctl(self) -> bool:
-        return self.drained and self.reason.startswith(RACKCTL_REASON_PREFIX)
+        return self.drained and self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def live_state(self) -> LiveState:
+        """The node as ``nodestates.plan_nodes`` reads a tray."""
+        return LiveState(self.drained, self.drained_by_rackctl, self.reason, self.reason_by)
 
     @property
     def down(self) -> bool:

@@ -13,9 +13,9 @@ from typing import Any
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.intent.model import Intent
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.targets.slurm import controller as slurm_controller
 from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller
+from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from reconciler.text import hostlist
 

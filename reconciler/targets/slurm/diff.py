@@ -10,11 +10,11 @@ import difflib
 
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.nodestates import NodePlan
-from reconciler.layout.planner import DesiredSlurm
 from reconciler.plan.model import Action, Cause, Change, SlurmSection
 from reconciler.state.statedir import AppliedRecord, digest
 from reconciler.targets.slurm import slurmconf
 from reconciler.targets.slurm.controllercheck import ControllerView
+from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.render import partition_options
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from reconciler.text import hostlist

@@ -52,7 +52,7 @@ import re
 from typing import Sequence
 
 from reconciler.intent.model import IMEX_SCRIPTS, ImexSettings
-from reconciler.layout.planner import ImexNode
+from reconciler.targets.slurm.desired import ImexNode
 from reconciler.targets.slurm.templating import UNPRINTABLE, environment
 
 PROLOG_SLURMCTLD = IMEX_SCRIPTS["PrologSlurmctld"]

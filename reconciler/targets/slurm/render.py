@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from reconciler.intent.model import IMEX_SCRIPTS, Intent
-from reconciler.layout.planner import Block, DesiredSlurm, Partition
+from reconciler.targets.slurm.desired import Block, DesiredSlurm, Partition
 from reconciler.targets.slurm.imex_scripts import render_imex_scripts
 from reconciler.targets.slurm.templating import UNPRINTABLE, environment
 from reconciler.text import hostlist

@@ -23,7 +23,7 @@ from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun
 from reconciler.guard.safedir import SafeDir, check_private
 from reconciler.intent.model import Intent, SlurmTarget
-from reconciler.layout.planner import History
+from reconciler.layout.model import History
 from reconciler.state import journal
 from reconciler.state.journal import kill_point
 from reconciler.state.statedir import AppliedRecord, Held, StateDir, digest, now_rfc3339
@@ -347,16 +347,27 @@ def parse_partitions(data: bytes | None) -> dict[str, dict[str, str]]:
     return out
 
 
+def slice_of_block(name: str) -> str:
+    """``r01-s0`` -> ``r01/s0``: the slice a block holds (rack names hold no ``-``)."""
+    return name.replace("-", "/", 1)
+
+
+def rack_of_block(name: str) -> str:
+    """The rack a rendered block belongs to (rack names hold no ``-``)."""
+    return name.split("-", 1)[0]
+
+
 def history(intent: Intent, live: LiveSlurm, record: AppliedRecord | None) -> History:
-    """Block layout as last applied: rackctl's record, else the live topology file. With
-    topology.yaml, also each topology's blocks as the live file has them (where a tier's
-    topology held placeholders)."""
+    """The slices as last applied, from their blocks: rackctl's record, else the live topology
+    file (a placeholder block is a held position). With topology.yaml, also each topology's
+    slices as the live file has them (where a tier's topology held placeholders)."""
     name = intent.slurm.topology_file
     data = live.files.get(name)
-    topologies = tuple(parse_topologies(data)) if name.endswith(".yaml") else ()
-    if record is not None:
-        return History(record.blocks, topologies, record.imex_addresses)
-    return History(tuple(parse_blocks(data, name)), topologies)
+    topologies = tuple((t, tuple(map(slice_of_block, blocks))) for t, blocks in parse_topologies(data)) \
+        if name.endswith(".yaml") else ()
+    blocks = record.blocks if record is not None else tuple(parse_blocks(data, name))
+    return History(tuple((slice_of_block(b), nodes) for b, nodes in blocks), topologies,
+                   record.imex_addresses if record is not None else ())
 
 
 @dataclass(frozen=True)

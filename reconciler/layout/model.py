@@ -1,0 +1,124 @@
+"""The neutral layout: slices, their stable positions, the tiers they serve and the trays to take
+out of service, computed once from Intent x Fabric x History. It holds no Slurm or Kubernetes
+syntax; each target renders its own desired state from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.diagnostics import Diagnostic
+
+#: The prefix of every reason rackctl gives a tray it takes out of service (a Slurm drain reason,
+#: a Kubernetes cordon annotation); a drain without it is an operator's.
+REASON_PREFIX = "rackctl:"
+
+
+def flat_name(slice_name: str) -> str:
+    """``r01/s0`` -> ``r01-s0``: a slice's name where ``/`` cannot stand (a Slurm block name, a
+    Kubernetes label value)."""
+    return slice_name.replace("/", "-")
+
+
+def rack_of(slice_name: str) -> str:
+    """``r01/s0`` -> ``r01``: the rack a slice is cut from (a whole-rack slice is named like it)."""
+    return slice_name.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class History:
+    """Slices as last applied (rackctl's record, else read back from the live target), in position
+    order: ``(slice name, trays)``; a held position has no trays. ``topologies``: the slice names
+    of each topology applied, ``(topology name, slice names)`` (Slurm's topology.yaml; else
+    empty), so that a tier keeps its held positions too. ``imex_addresses``: the per-job IMEX
+    address of each tray as last applied, kept for a tray that stops reporting so that its
+    scripts do not change."""
+
+    slices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    imex_addresses: tuple[tuple[str, str], ...] = ()  # (host, IMEX address) as last applied
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One placed slice: ``name`` (``r01/s0``), its ``rack``, every tray in natural hostname order,
+    ``domain`` (the NVLink domain, cluster UUID, of its first tray that reports one; None when none
+    does) and ``clique`` (the NVLink partition key ``<clusterUUID>.<cliqueId>`` most of its trays
+    report, else the slice name). ``cliques``: each tray's clique key, aligned with ``trays`` (the
+    slice's for a tray that reports none)."""
+
+    name: str
+    rack: str
+    trays: tuple[str, ...]
+    domain: str | None
+    clique: str
+    cliques: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Position:
+    """One position of the stable slice order. ``held``: the slice applied here before is gone, and
+    the position is kept so that later slices do not shift (a target that cannot hold it removes
+    it)."""
+
+    slice: str
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One tier: the ``slices`` it serves (names, as the intent resolves them, placed or not),
+    ``trays`` (every tray of those slices, natural order), ``positions`` (its own stable order: its
+    placed slices and the held positions it had before, none trailing) and ``span_limit`` (the
+    largest job in trays that ``policy.maxJobSpan`` allows; None for cluster)."""
+
+    name: str
+    slices: frozenset[str]
+    trays: tuple[str, ...]
+    positions: tuple[Position, ...]
+    span_limit: int | None
+
+
+@dataclass(frozen=True)
+class TrayState:
+    """A tray to take out of service: ``cause`` (a finding's cause, ``not-reporting``, or why its
+    slice is drained whole); the reason a target shows is ``REASON_PREFIX`` + " " + cause."""
+
+    tray: str
+    slice: str
+    cause: str
+
+    @property
+    def reason(self) -> str:
+        return f"{REASON_PREFIX} {self.cause}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The layout. ``slices`` placed, in position order; ``positions`` every position, held ones
+    included; ``gone``: slices applied before that are not placed, in their old order (held or
+    not); ``tray_states`` in slice and tray order; ``duplicates``: ``(slice placed, slice left out)``
+    pairs whose ``flat_name`` is the same (no target could tell them apart). ``diagnostics``: the neutral findings in stages
+    ``(stage, findings)``, so that a target can put its own after the stage they follow: ``racks``,
+    ``slice <name>`` (each slice's health), ``positions``, ``placed``, ``tiers``, ``inventory``."""
+
+    slices: tuple[Slice, ...]
+    positions: tuple[Position, ...]
+    gone: tuple[str, ...]
+    tiers: tuple[Tier, ...]
+    tray_states: tuple[TrayState, ...]
+    duplicates: tuple[tuple[str, str], ...]
+    diagnostics: tuple[tuple[str, tuple[Diagnostic, ...]], ...]
+
+    @property
+    def placed(self) -> set[str]:
+        """Every tray of a placed slice."""
+        return {h for s in self.slices for h in s.trays}
+
+    @property
+    def slice_of(self) -> dict[str, str]:
+        """Tray -> the name of its placed slice."""
+        return {h: s.name for s in self.slices for h in s.trays}
+
+    def findings(self) -> list[Diagnostic]:
+        """Every neutral finding, in order."""
+        return [d for _, ds in self.diagnostics for d in ds]
