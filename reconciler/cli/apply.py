@@ -71,20 +71,20 @@ def run(options: Options) -> int:
     state = options.state(intent)
     kube = options.kube()
 
-    def planned():
-        return compute_run(options.intent(), state, offline=options.offline, kube=kube,
-                           allow_destructive=allow_destructive, reload=settings.reload, timeout_s=options.timeout)
+    def planned(intent):
+        return compute_run(intent, state, offline=options.offline, kube=kube, allow_destructive=allow_destructive,
+                           reload=settings.reload, timeout_s=options.timeout)
 
     with state.lock(timeout_s=lock_timeout_s(options.lock_timeout)) as held:  # before reading: the plan cannot go stale
         engine_apply.recover_interrupted(intent, held, settings)
-        run_ = compute_run(intent, state, offline=options.offline, kube=kube, allow_destructive=allow_destructive,
-                           reload=settings.reload, timeout_s=options.timeout)
+        run_ = planned(intent)
         if saved is not None:
             savedplan.check_current(saved, run_.plan, confirmed_destructive=options.allow_destructive)
             return engine_apply.apply_run(run_, settings, kube, saved=saved)
         if options.auto_approve:
             return engine_apply.apply_run(run_, settings, kube)
-        return engine_apply.apply_run(run_, settings, kube, confirm=_confirm, replan=planned)
+        return engine_apply.apply_run(run_, settings, kube, confirm=_confirm,
+                                     replan=lambda: planned(options.intent()))
 
 
 def _confirm() -> bool:
