@@ -61,9 +61,14 @@ def test_collect_kubernetes_against_an_endless_node_list_ends(tmp_path):
             proc = None
         assert proc is not None, f"still listing after 60 s ({Endless.pages} pages read)"
         assert (proc.returncode, proc.stdout) == (1, ""), proc
-        assert proc.stderr == ("error: the pass ran past its deadline (--timeout 5 s) while waiting for list Nodes; "
-                               "nothing was written\n  hint: raise --timeout, or find what is slow (the API server, "
-                               "the controller, the inventory's file system)\n")
+        # The deadline strikes between two pages or, on a loaded machine, inside one: both name it.
+        assert proc.stderr in (
+            "error: the pass ran past its deadline (--timeout 5 s) while waiting for list Nodes; nothing was "
+            "written\n  hint: raise --timeout, or find what is slow (the API server, the controller, the "
+            "inventory's file system)\n",
+            f"error: kubernetes: list Nodes: {url} sent no complete answer before the pass's deadline (--timeout "
+            "5 s); nothing was written\n  hint: the API server or the network to it is too slow; check its health "
+            "(`kubectl get --raw /readyz`)\n"), proc.stderr
         assert not (tmp_path / "inv.json").exists()
     finally:
         server.shutdown()
