@@ -20,6 +20,7 @@ from reconciler.intent.model import load_intent
 from reconciler.inventory.store import load_inventory
 from reconciler.layout.model import History
 from reconciler.layout.planner import plan_layout
+from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, choose_versions
 from reconciler.targets.kubernetes.render import label_value, render_kubernetes
 
@@ -57,9 +58,9 @@ def render(intent_path: Path, versions: dict[str, str] | None = None, domain_dro
     fabric = build_fabric(load_inventory(intent.inventory_path))
     layout = plan_layout(intent, fabric, History())
     domain_of = {h: t.cluster_uuid for h, t in fabric.trays.items() if t.cluster_uuid and h not in domain_drop}
-    if versions is None:
-        versions = choose_versions(intent.kubernetes.kueue_version)
-    return intent, render_kubernetes(intent, layout, domain_of, versions)
+    chosen = (renderers.choose_versions(intent.kubernetes, None) if versions is None
+              else {renderers.by_shown(kind): v for kind, v in versions.items()})
+    return intent, render_kubernetes(intent, layout, domain_of, chosen)
 
 
 @pytest.fixture(scope="module")

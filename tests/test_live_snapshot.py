@@ -55,7 +55,7 @@ def test_a_kubernetes_plan_from_a_snapshot_equals_the_live_plan_with_the_server_
     snap = tmp_path / "live.json"
     res = run_main(capsys, "snapshot", "-f", intent, "--kubeconfig", kube.kubeconfig, "--out", snap)
     assert res.rc == 0, res
-    assert "54 Node(s), 4 Kueue object(s)" in res.err
+    assert "54 Node(s), 4 object(s)" in res.err
     taken = json.loads(snap.read_text())
     assert schemas.first_error("live-snapshot", taken) is None
     node = next(n for n in taken["kubernetes"]["nodes"] if n["metadata"]["name"] == "gb-r01-n01")
@@ -252,11 +252,11 @@ def test_a_served_kueue_version_without_its_objects_is_refused(kube, tmp_path, c
     snap = tmp_path / "live.json"
     assert run_main(capsys, "snapshot", "-f", intent, "--kubeconfig", kube.kubeconfig, "--out", snap).rc == 0
     doc = json.loads(snap.read_text())
-    del doc["kubernetes"]["kueue"]["ResourceFlavor"]["v1beta2"]
+    del doc["kubernetes"]["objects"]["kueue.x-k8s.io"]["ResourceFlavor"]["v1beta2"]
     snap.write_text(json.dumps(doc))
     res = run_main(capsys, "plan", *args, "--live-snapshot", snap)
-    assert res.rc == 1 and "Kueue ResourceFlavor v1beta2 is served, but its objects are not recorded" in res.err
-    doc["kubernetes"]["kueue"]["ResourceFlavor"]["v1beta2"] = [{"metadata": {"labels": {}}}]
+    assert res.rc == 1 and "kubernetes.objects.kueue.x-k8s.io.ResourceFlavor: kueue.x-k8s.io ResourceFlavor v1beta2 is served, but its objects are not recorded" in res.err
+    doc["kubernetes"]["objects"]["kueue.x-k8s.io"]["ResourceFlavor"]["v1beta2"] = [{"metadata": {"labels": {}}}]
     snap.write_text(json.dumps(doc))
     res = run_main(capsys, "plan", *args, "--live-snapshot", snap)
     assert res.rc == 1 and "not a live snapshot" in res.err and "metadata" in res.err

@@ -98,7 +98,8 @@ def _summary(intent: Intent, doc: dict, out: str | None) -> str:
                                                     else f"controller not read ({ctl['why']})"))
     if doc["kubernetes"] is not None:
         kube = doc["kubernetes"]
-        objects = sum(max(map(len, versions.values()), default=0) for versions in kube["kueue"].values())
-        parts.append(f"{len(kube['nodes'])} Node(s), {objects} Kueue object(s) from {kube['server']}")
+        objects = sum(max(map(len, versions.values()), default=0)
+                      for kinds in kube["objects"].values() for versions in kinds.values())
+        parts.append(f"{len(kube['nodes'])} Node(s), {objects} object(s) from {kube['server']}")
     where = f" -> {out}" if out else ""
     return f"snapshot of cluster {intent.name} taken {doc['takenAt']}: {'; '.join(parts)}{where}"

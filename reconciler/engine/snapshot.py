@@ -9,10 +9,10 @@ same readers and checks on them as on the live cluster (``schemas/live-snapshot.
   (``targets/configfiles.py``); both topology files are kept, so an intent may switch between
   them. Values of password settings (``AccountingStoragePass=`` ...) are redacted.
 - The running controller: the stdout (or error) of each Slurm client command rackctl ran.
-- Kubernetes: the API versions served for Kueue and ComputeDomains, every Node cut down to what
-  rackctl reads (its own labels and cordon annotation, taints, ``unschedulable``, the Ready
-  condition, ``resourceVersion``), every Kueue object of every kind and version served, and the
-  ComputeDomains. Never a credential: the kubeconfig stays where it was.
+- Kubernetes: the API versions served for the renderers' groups (``targets.kubernetes.renderers``)
+  and ComputeDomains, every Node cut down to what rackctl reads (its own labels and cordon
+  annotation, taints, ``unschedulable``, the Ready condition, ``resourceVersion``), every object
+  of every registered kind and version served, and the ComputeDomains. Never a credential: the kubeconfig stays where it was.
 
 Read back, a question the snapshot cannot answer (a file or command it never saw, another label
 prefix) is an error asking for a new snapshot, never a guess. A plan from a snapshot is a review
@@ -35,9 +35,10 @@ from reconciler.guard import outputs
 from reconciler.intent.model import Intent
 from reconciler.plan.provenance import resolve, where
 from reconciler.state.statedir import now_rfc3339
-from reconciler.targets.kubernetes import kueue
+from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.client import COMPUTE_DOMAIN_GROUP, KubeApi
 from reconciler.targets.kubernetes.compare import cordon_annotation
+from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind
 from reconciler.targets.kubernetes.sync import KubeOptions
 from reconciler.targets.slurm import controller as slurm_controller, target as slurm_target
 from reconciler.targets.slurm.configfiles import RecordingFiles, ReplayFiles, redact
@@ -45,7 +46,7 @@ from reconciler.text import schemas
 from reconciler.text.yamlsource import display_path, read_json_object
 
 KIND = "RackctlLiveSnapshot"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: Kubernetes objects by group (``objects``), not Kueue's alone (``kueue``)
 #: Largest snapshot read (bytes): 36,000 Nodes cut down take about 20 MB.
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
 #: Age past which a plan from a snapshot warns (seconds).
@@ -110,14 +111,17 @@ class RecordingCommands:
 
 def _take_kubernetes(api: KubeApi, label_prefix: str) -> dict[str, Any]:
     served = {group: {k: list(v) for k, v in api.served_kinds(group).items()}
-              for group in (kueue.GROUP, COMPUTE_DOMAIN_GROUP)}
+              for group in (*renderers.GROUPS, COMPUTE_DOMAIN_GROUP)}
     annotation = cordon_annotation(label_prefix)
     nodes = [_node_cut(doc, label_prefix, annotation) for doc in api.list_nodes()]
-    objects = {kind: {v: list(api.list_owned(kind, v, "")) for v in versions}
-               for kind, versions in served[kueue.GROUP].items() if kind in kueue.KINDS}
+    objects: dict[str, dict[str, Any]] = {group: {} for group in renderers.GROUPS}
+    for kind in renderers.KINDS:
+        versions = served[kind.group].get(kind.kind, [])
+        if versions:
+            objects[kind.group][kind.kind] = {v: list(api.list_owned(kind, v, "")) for v in versions}
     cd_versions = served[COMPUTE_DOMAIN_GROUP].get("ComputeDomain", [])
     domains = {cd_versions[0]: api.list_compute_domains(cd_versions[0])} if cd_versions else {}
-    return {"server": api.server, "labelPrefix": label_prefix, "served": served, "nodes": nodes, "kueue": objects,
+    return {"server": api.server, "labelPrefix": label_prefix, "served": served, "nodes": nodes, "objects": objects,
             "computeDomains": domains}
 
 
@@ -275,16 +279,16 @@ def _check_files(doc: dict[str, Any], shown: str) -> None:
 
 
 def _check_served(doc: dict[str, Any], shown: str) -> None:
-    """Every Kueue kind and version served has its objects recorded (possibly none). Raises
+    """Every registered kind and version served has its objects recorded (possibly none). Raises
     ``InputError``: a missing list must not read as "no objects", which would plan creations."""
     kube = doc["kubernetes"]
     if kube is None:
         return
-    for kind, versions in (kube["served"].get(kueue.GROUP) or {}).items():
-        for version in versions:
-            if kind in kueue.KINDS and version not in kube["kueue"].get(kind, {}):
-                raise InputError(f"Kueue {kind} {version} is served, but its objects are not recorded", file=shown,
-                                 field=f"kubernetes.kueue.{kind}", hint=AGAIN)
+    for kind in renderers.KINDS:
+        for version in (kube["served"].get(kind.group) or {}).get(kind.kind, ()):
+            if version not in kube["objects"].get(kind.group, {}).get(kind.kind, {}):
+                raise InputError(f"{kind.group} {kind.kind} {version} is served, but its objects are not recorded",
+                                 file=shown, field=f"kubernetes.objects.{kind.group}.{kind.kind}", hint=AGAIN)
 
 
 class ReplayCommands:
@@ -324,15 +328,15 @@ class ReplayKube:
     def list_nodes(self) -> Iterator[dict[str, Any]]:
         yield from self._doc["nodes"]
 
-    def list_owned(self, kind: str, version: str, selector: str) -> Iterator[dict[str, Any]]:
+    def list_owned(self, kind: ObjectKind, version: str, selector: str) -> Iterator[dict[str, Any]]:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
         for doc in self._objects(kind, version):
             labels = (doc.get("metadata") or {}).get("labels") or {}
             if isinstance(labels, dict) and all(labels.get(k) == v for k, v in wanted.items()):
                 yield doc
 
-    def get(self, obj: kueue.KubeObject) -> dict[str, Any] | None:
-        return next((doc for doc in self._objects(obj.kind, obj.version)
+    def get(self, obj: KubeObject) -> dict[str, Any] | None:
+        return next((doc for doc in self._objects(obj.type, obj.version)
                      if (doc.get("metadata") or {}).get("name") == obj.name), None)
 
     def list_compute_domains(self, version: str) -> list[dict[str, Any]]:
@@ -341,7 +345,7 @@ class ReplayKube:
             raise TargetError(f"{self._source}: the live snapshot holds no ComputeDomains at {version}", hint=AGAIN)
         return domains
 
-    def _objects(self, kind: str, version: str) -> list[dict[str, Any]]:
+    def _objects(self, kind: ObjectKind, version: str) -> list[dict[str, Any]]:
         # Every kind and version served was recorded (checked on load); one not served has no
         # objects, as the server would answer.
-        return self._doc["kueue"].get(kind, {}).get(version, [])
+        return self._doc["objects"].get(kind.group, {}).get(kind.kind, {}).get(version, [])

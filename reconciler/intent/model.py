@@ -13,7 +13,7 @@ import hashlib
 import ipaddress
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -207,13 +207,16 @@ class SlurmTarget:
 class KubernetesTarget:
     """``targets.kubernetes``. ``label_prefix`` ends in ``/``; ``kueue_version``: the pinned Kueue
     API version (None: the newest the server offers); ``unhealthy_nodes``: taint | cordon | none;
-    ``compute_domain_not_ready_s``: seconds a ComputeDomain may stay NotReady before a warning."""
+    ``compute_domain_not_ready_s``: seconds a ComputeDomain may stay NotReady before a warning;
+    ``settings``: the whole section as the schema validated it, where a renderer of the
+    Kubernetes target reads its own key (``targets.kubernetes.renderers``)."""
 
     topology_name: str
     label_prefix: str = "rackctl.dev/"
     kueue_version: str | None = None
     unhealthy_nodes: str = "taint"
     compute_domain_not_ready_s: int = 600
+    settings: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -340,6 +343,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         kueue_version=kube_data.get("kueue", {}).get("apiVersion"),
         unhealthy_nodes=kube_data.get("unhealthyNodes", "taint"),
         compute_domain_not_ready_s=duration_s(kube_data.get("computeDomainNotReadyAfter", "10m")),
+        settings=kube_data,
     )
     if not slurm_enabled and kubernetes is None:
         raise smap.error(("targets",), "no target: expected slurm, kubernetes or both")

@@ -34,6 +34,7 @@ class Action(_Word):
 
     CREATE = "create"
     UPDATE = "update"
+    REPLACE = "replace"  # deleted and created again: a field its API holds immutable changes
     DELETE = "delete"
     MOVE = "move"
     DRAIN = "drain"

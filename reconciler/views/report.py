@@ -24,7 +24,7 @@ from reconciler.plan.wire import plan_document
 
 MAX_DIFF_LINES = 200
 MAX_SCRIPT_DIFF_LINES = 12
-_MARK = {"create": "+", "update": "~", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~",
+_MARK = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "move": "~", "drain": "!", "resume": "+", "reload": "~",
          "taint": "!", "cordon": "!", "untaint": "+", "uncordon": "+"}
 #: The largest markdown plan (UTF-8 bytes): GitHub takes a comment of at most 65,536 characters.
 #: The plan workflow (.github/workflows/rackctl-plan.yml) posts plan.md as it is (adds nothing);
@@ -96,12 +96,14 @@ def summary_line(plan: Plan) -> str:
     s = plan.summary()
 
     def part(kind: str, label: str) -> str | None:
-        n = {a: s.get(f"{kind}_{a}", 0) for a in ("create", "update", "delete", "move")}
+        n = {a: s.get(f"{kind}_{a}", 0) for a in ("create", "update", "delete", "move", "replace")}
         if not any(n.values()):
             return None
         bits = [f"{n['create']} to add", f"{n['update']} to change", f"{n['delete']} to remove"]
         if n["move"]:
             bits.append(f"{n['move']} to move")
+        if n["replace"]:
+            bits.append(f"{n['replace']} to replace")
         return f"{label}: {', '.join(bits)}"
 
     parts = [p for p in (part("file", "files"), part("block", "blocks"), part("partition", "partitions"),

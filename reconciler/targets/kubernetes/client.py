@@ -43,7 +43,8 @@ from urllib.parse import urlsplit
 from reconciler.errors import InputError, TargetError
 from reconciler.guard import deadline, httpguard, redact
 from reconciler.guard.retry import RetryPolicy, retry_after_seconds
-from reconciler.targets.kubernetes.kueue import GROUP as KUEUE_GROUP, KINDS as KUEUE_KINDS, KubeObject, label_selector
+from reconciler.targets.kubernetes import renderers
+from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, Served, label_selector
 
 FIELD_MANAGER = "rackctl"
 COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
@@ -87,12 +88,12 @@ class LiveNode:
 
 @dataclass
 class LiveKubernetes:
-    """What the server holds. ``served``: Kueue kind -> versions offered; ``objects``: address
-    (``kubernetes/KIND/NAME``) -> object rackctl owns; ``unowned``: desired addresses that exist
+    """What the server holds. ``served``: group -> kind -> versions offered, for the renderers'
+    groups; ``objects``: address (``kubernetes/SHOWN/NAME``, ``objects``) -> object rackctl owns; ``unowned``: desired addresses that exist
     without rackctl's ownership labels; ``compute_domains``: every ComputeDomain (None when the
     server does not serve the API)."""
 
-    served: dict[str, tuple[str, ...]]
+    served: Served
     nodes: dict[str, LiveNode]
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     unowned: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -240,11 +241,10 @@ class KubeApi:
         yield from self._pages("list Nodes", lambda **kw: self._core.list_node(_preload_content=False, **extra,
                                                                                **kw))
 
-    def list_owned(self, kind: str, version: str, selector: str) -> Iterator[dict[str, Any]]:
-        """Every cluster-scoped Kueue object of ``kind`` matching ``selector``."""
-        plural = KUEUE_KINDS[kind][0]
-        yield from self._pages(f"list {kind} objects", lambda **kw: self._custom.list_cluster_custom_object(
-            KUEUE_GROUP, version, plural, label_selector=selector, _preload_content=False, **kw))
+    def list_owned(self, kind: ObjectKind, version: str, selector: str) -> Iterator[dict[str, Any]]:
+        """Every cluster-scoped object of ``kind`` at ``version`` matching ``selector``."""
+        yield from self._pages(f"list {kind.shown} objects", lambda **kw: self._custom.list_cluster_custom_object(
+            kind.group, version, kind.plural, label_selector=selector, _preload_content=False, **kw))
 
     def get(self, obj: KubeObject) -> dict[str, Any] | None:
         """The live object at ``obj``'s name, or None when there is none."""
@@ -497,7 +497,7 @@ class KubeReads(Protocol):
 
     def list_nodes(self) -> Iterator[dict[str, Any]]: ...
 
-    def list_owned(self, kind: str, version: str, selector: str) -> Iterator[dict[str, Any]]: ...
+    def list_owned(self, kind: ObjectKind, version: str, selector: str) -> Iterator[dict[str, Any]]: ...
 
     def get(self, obj: KubeObject) -> dict[str, Any] | None: ...
 
@@ -506,27 +506,29 @@ class KubeReads(Protocol):
 
 def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
               cordon_annotation: str, nodes: dict[str, LiveNode] | None = None,
-              served: dict[str, tuple[str, ...]] | None = None) -> LiveKubernetes:
-    """Read what rackctl compares: Kueue versions served (``served``: already discovered), every
-    Node (rackctl's labels only; ``nodes``: already read by ``read_nodes``), rackctl's objects
-    of every Kueue kind served (listed by ``owner_labels`` and checked here too: a server that
-    ignored the selector must not make others' objects look owned), desired objects that exist
-    unowned, and the ComputeDomains when their API is served. Raises ``TargetError``."""
+              served: Served | None = None) -> LiveKubernetes:
+    """Read what rackctl compares: the renderers' kinds served (``served``: already discovered,
+    ``served_groups``), every Node (rackctl's labels only; ``nodes``: already read by
+    ``read_nodes``), rackctl's objects of every registered kind served (listed by
+    ``owner_labels`` and checked here too: a server that ignored the selector must not make
+    others' objects look owned), desired objects that exist unowned, and the ComputeDomains when
+    their API is served. Raises ``TargetError``."""
     if served is None:
-        served = api.served_kinds(KUEUE_GROUP)
+        served = served_groups(api)
     if nodes is None:
         nodes = read_nodes(api, label_prefix, cordon_annotation)
     objects: dict[str, dict[str, Any]] = {}
-    versions_used = {o.kind: o.version for o in desired_objects}
+    versions_used = {o.type: o.version for o in desired_objects}
     selector = label_selector(owner_labels)
-    for kind, versions in served.items():
-        if kind not in KUEUE_KINDS:
+    for kind in renderers.KINDS:
+        versions = served.get(kind.group, {}).get(kind.kind)
+        if not versions:
             continue
-        version = versions_used.get(kind) or next(v for v in KUEUE_KINDS[kind][1] + versions if v in versions)
+        version = versions_used.get(kind) or next(v for v in kind.versions + versions if v in versions)
         for doc in api.list_owned(kind, version, selector):
             meta = doc.get("metadata")
             if isinstance(meta, dict) and isinstance(meta.get("name"), str) and owned(doc, owner_labels):
-                objects[f"kubernetes/{kind}/{meta['name']}"] = doc
+                objects[f"kubernetes/{kind.shown}/{meta['name']}"] = doc
     unowned = {}
     for obj in desired_objects:
         if obj.address not in objects:
@@ -538,6 +540,11 @@ def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: d
     if cd_versions:
         domains = api.list_compute_domains(cd_versions[0])
     return LiveKubernetes(served, nodes, objects, unowned, domains)
+
+
+def served_groups(api: KubeReads) -> Served:
+    """Group -> kind -> versions served, for every renderer's group (``renderers.GROUPS``)."""
+    return {group: api.served_kinds(group) for group in renderers.GROUPS}
 
 
 def read_nodes(api: KubeReads, label_prefix: str, cordon_annotation: str) -> dict[str, LiveNode]:

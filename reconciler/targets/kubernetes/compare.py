@@ -25,9 +25,11 @@ from reconciler.diagnostics import ERROR, WARNING, Diagnostic
 from reconciler.intent.model import Intent
 from reconciler.layout.model import REASON_PREFIX, Layout
 from reconciler.layout.nodestates import HealthHistory, LiveState, NodePlan, plan_nodes
+from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.client import FIELD_MANAGER, LiveKubernetes, LiveNode
-from reconciler.targets.kubernetes.kueue import KINDS, KubeObject
-from reconciler.targets.kubernetes.render import DesiredKubernetes, label_value
+from reconciler.targets.kubernetes.labelkeys import label_value
+from reconciler.targets.kubernetes.objects import KubeObject
+from reconciler.targets.kubernetes.render import DesiredKubernetes
 from reconciler.text import hostlist
 
 TAINT_EFFECT = "NoSchedule"
@@ -189,14 +191,15 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
                 drift.append({"address": obj.address, "cause": "drift",
                               "detail": "edited outside rackctl since the last apply (live -> desired): "
                               + "; ".join(why[:3])})
-    order = list(KINDS)  # kept in apply order; pruned in reverse
-    for address, have in sorted(live.objects.items(), key=lambda kv: (order.index(kv[0].split("/")[1]), kv[0])):
-        if address not in wanted:
-            kind = address.split("/")[1]
-            api_version = have.get("apiVersion", "")
-            group, _, version = api_version.rpartition("/")
-            deletes.append(KubeObject(group, version, kind, KINDS[kind][0], have["metadata"]["name"], have))
-            causes[address] = "intent"
+    leaving = []
+    for address, have in live.objects.items():
+        if address not in wanted:  # read_live lists registered kinds only, addressed by kind
+            version = str(have.get("apiVersion", "")).rpartition("/")[2]
+            leaving.append(KubeObject(renderers.by_shown(address.split("/")[1]), version, have["metadata"]["name"],
+                                      have))
+    for obj in sorted(leaving, key=lambda o: (renderers.apply_rank(o.type), o.address)):  # pruned in reverse
+        deletes.append(obj)
+        causes[obj.address] = "intent"
     if not desired.objects and not desired.node_labels and (deletes or patches) and not allow_empty:
         diags.append(Diagnostic(ERROR, "kubernetes-empty-prune", f"the desired Kubernetes state is empty and "
                                 f"would remove {len(deletes)} object(s) and rackctl's labels from {len(patches)} "

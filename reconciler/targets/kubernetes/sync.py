@@ -27,11 +27,12 @@ from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.plan.model import Action, Cause, Change
-from reconciler.targets.kubernetes import computedomains, kueue, nodelist
+from reconciler.targets.kubernetes import computedomains, nodelist, renderers
 from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect,
-                                                  read_live, read_nodes)
+                                                  read_live, read_nodes, served_groups)
 from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, compare, cordon_annotation, differences,
                                                    digest)
+from reconciler.targets.kubernetes.objects import KubeObject, Served
 from reconciler.targets.kubernetes.render import DesiredKubernetes, render_kubernetes
 from reconciler.text import hostlist
 
@@ -64,7 +65,8 @@ class KubePass:
     api: KubeApi | KubeReads | None = None  # KubeReads: a live snapshot, read-only
     live: LiveKubernetes | None = None
     comparison: KubeComparison | None = None
-    applies: list[Any] = field(default_factory=list)  # KubeObjects that still differ after the dry-run
+    applies: list[KubeObject] = field(default_factory=list)  # objects that still differ after the dry-run
+    replaces: set[str] = field(default_factory=set)  # addresses of those deleted and created again
     changes: list[Change] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     drift: list[dict[str, str]] = field(default_factory=list)
@@ -81,21 +83,21 @@ class KubePass:
         firsts = {k: min(v, key=hostlist.natural_key) for k, v in groups.items()}
         label_sets = [{"labels": dict(k), "nodes": hostlist.compress(groups[k])}
                       for k in sorted(groups, key=lambda k: hostlist.natural_key(firsts[k]))]
-        return {"read": self.read, "labelPrefix": d.label_prefix, "kueueVersions": d.versions,
+        return {"read": self.read, "labelPrefix": d.label_prefix, **renderers.plan_fields(d.versions),
                 "labelledNodes": len(d.node_labels), "labelSets": label_sets, "objects": [o.body for o in d.objects]}
 
 
 class NodeRead:
-    """The Kueue kinds served and every Node, being read while the inventory loads
+    """The renderers' kinds served and every Node, being read while the inventory loads
     (``start_node_read``)."""
 
     def __init__(self, future: Future, listing: nodelist.NodeListing | None) -> None:
         self._future = future
         self._listing = listing
 
-    def result(self) -> tuple[KubeApi, dict[str, tuple[str, ...]], dict[str, LiveNode]]:
-        """(the connection, Kueue kind -> versions served, Node name -> Node); raises what
-        reading raised (``TargetError``, ``InputError``)."""
+    def result(self) -> tuple[KubeApi, Served, dict[str, LiveNode]]:
+        """(the connection, the renderers' kinds served (``served_groups``), Node name -> Node);
+        raises what reading raised (``TargetError``, ``InputError``)."""
         return self._future.result()
 
     def cancel(self) -> None:
@@ -106,7 +108,7 @@ class NodeRead:
 
 
 def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = False) -> NodeRead:
-    """Connect, then discover the Kueue kinds served and list every Node in a background thread,
+    """Connect, then discover the renderers' kinds served and list every Node in a background thread,
     while the caller reads its other inputs (the inventory): at 36,000 Nodes an API server
     spends seconds building the list, which the pass would otherwise wait for. ``in_child``:
     the Node list is read and parsed in a child process (``targets.nodelist``), so that its CPU
@@ -127,7 +129,7 @@ def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = Fa
 
     def read() -> None:
         try:
-            served = api.served_kinds(kueue.GROUP)
+            served = served_groups(api)
             if listing is None:
                 nodes = read_nodes(api, prefix, annotation)
             else:
@@ -151,42 +153,36 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: Kube
     target = intent.kubernetes
     assert target is not None
     if offline:
-        versions = kueue.choose_versions(target.kueue_version)
+        versions = renderers.choose_versions(target, None)
         kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions))
         kpass.changes = _against_record(kpass.desired, record)
         kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
-                                            f"(--offline): rendered with Kueue {versions['Topology']} and compared "
-                                            "with what rackctl last applied (the state dir), not with the cluster",
-                                            "kubernetes"))
+                                            f"(--offline): rendered with {renderers.describe(versions)} and "
+                                            "compared with what rackctl last applied (the state dir), not with the "
+                                            "cluster", "kubernetes"))
         return kpass
     if node_read is not None:
         api, served, nodes = node_read.result()
     else:
         api = replay or options.connect()
-        served, nodes = api.served_kinds(kueue.GROUP), None
-    versions = kueue.choose_versions(target.kueue_version, served)
+        served, nodes = served_groups(api), None
+    versions = renderers.choose_versions(target, served)
     kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions), api)
-    for kind in kueue.KINDS:
-        if kind in versions:
-            continue
-        pinned = f" at the pinned {target.kueue_version}" if target.kueue_version else ""
-        offered = ", ".join(served.get(kind, ())) or "none"
-        what = "Kueue is not installed: " if not served else ""
-        kpass.diagnostics.append(Diagnostic(ERROR, "kueue-missing", f"{what}the API server does not serve Kueue "
-                                            f"{kind}{pinned} (served: {offered})", "targets.kubernetes.kueue",))
+    missing = renderers.missing(target, served, versions)
+    kpass.diagnostics += missing
     desired = kpass.desired
     kpass.live = read_live(api, desired.objects, desired.owner_labels, desired.label_prefix,
                            cordon_annotation(desired.label_prefix), nodes, served)
     cmp = kpass.comparison = compare(intent, desired, layout, kpass.live, record, history, now,
                                      allow_empty=options.prune_empty)
     # A kind not rendered (not served at the pinned version) is not pruned either.
-    cmp.deletes = [o for o in cmp.deletes if o.kind in versions]
+    cmp.deletes = [o for o in cmp.deletes if o.type in versions]
     kpass.diagnostics += cmp.diagnostics
     kpass.drift += cmp.drift
     for p in cmp.label_patches:
         address = f"kubernetes/Node/{p.node}"
         kpass.changes.append(Change("node", address, Action.UPDATE, cmp.causes[address], cmp.label_reasons[p.node]))
-    if not any(d.severity == ERROR and d.code == "kueue-missing" for d in kpass.diagnostics):
+    if not missing:
         for obj in cmp.candidates:
             _dry_run(kpass, obj, options.force_conflicts, local=replay is not None)
     for obj in reversed(cmp.deletes):
@@ -219,7 +215,7 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
         wanted.add(obj.address)
         if record.objects.get(obj.address) != digest(obj.body):
             action = "update" if obj.address in record.objects else "create"
-            changes.append(Change("object", obj.address, action, Cause.INTENT, f"{obj.kind} {obj.version}; {why}",
+            changes.append(Change("object", obj.address, action, Cause.INTENT, f"{obj.type.shown} {obj.version}; {why}",
                                   _diff(obj.address, None, obj.body)))
     for address in sorted(set(record.objects) - wanted):
         changes.append(Change("object", address, Action.DELETE, Cause.INTENT, f"no longer in the intent; {why}"))
@@ -232,6 +228,14 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
     laid over it; conflicts then show only at apply."""
     assert kpass.api is not None and kpass.live is not None and kpass.comparison is not None
     have = kpass.live.objects.get(obj.address)
+    replaced = renderers.replaced(obj, have) if have is not None else None
+    if replaced is not None:  # no dry-run: an update is refused, and a create finds the object there
+        assert have is not None
+        kpass.applies.append(obj)
+        kpass.replaces.add(obj.address)
+        kpass.changes.append(Change("object", obj.address, Action.REPLACE, kpass.comparison.causes[obj.address],
+                                    f"{replaced}: deleted and created again", _diff(obj.address, have, obj.body)))
+        return
     try:
         after = _laid_over(have or {}, obj.body) if local else kpass.api.apply(obj, dry_run=True, force=force)
     except TargetError as exc:
@@ -315,6 +319,8 @@ def apply(kpass: KubePass, options: KubeOptions, *,
         on_progress(0, total)
     done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote, landed=done.labels_landed)
     for obj in kpass.applies:
+        if obj.address in kpass.replaces:
+            api.delete(obj, dry_run=False)
         api.apply(obj, dry_run=False, force=options.force_conflicts)
         done.applied += 1
         done.objects_landed.add(obj.address)
