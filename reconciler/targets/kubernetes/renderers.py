@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from reconciler.diagnostics import Diagnostic
 from reconciler.intent.model import Intent, KubernetesTarget
 from reconciler.layout.model import Layout
+from reconciler.targets.kubernetes.kai import KaiRenderer
 from reconciler.targets.kubernetes.kueue import KueueRenderer
 from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, Served
 
@@ -49,7 +50,7 @@ class Renderer(Protocol):
 
 
 #: Every renderer, in apply order (pruned in reverse).
-RENDERERS: tuple[Renderer, ...] = (KueueRenderer(),)
+RENDERERS: tuple[Renderer, ...] = (KueueRenderer(), KaiRenderer())
 
 KINDS: tuple[ObjectKind, ...] = tuple(k for r in RENDERERS for k in r.kinds)
 #: The API groups to discover, in the order of their first kind.
@@ -97,8 +98,8 @@ def plan_fields(versions: dict[ObjectKind, str]) -> dict[str, Any]:
 
 
 def describe(versions: dict[ObjectKind, str]) -> str:
-    """``Kueue v1beta2`` (and the other renderers', joined), for the offline note."""
-    return ", ".join(filter(None, (r.describe(versions) for r in RENDERERS)))
+    """``Kueue v1beta2`` (and the other renderers', joined by "and"), for the offline note."""
+    return " and ".join(filter(None, (r.describe(versions) for r in RENDERERS)))
 
 
 def apply_rank(kind: ObjectKind) -> int:
