@@ -188,3 +188,25 @@ def test_levels_edited_outside_rackctl_are_restored_by_one_replace(kai_kube, tmp
     assert live["metadata"]["uid"] != before  # a new object, not an update
     assert live["spec"] == yaml.safe_load((GOLDEN / "topology.yaml").read_text())["spec"]
     assert "No changes" in run_main(capsys, "apply", *args, "--auto-approve").out
+
+
+def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_path, capsys):
+    from kubernetes import client
+
+    intent, args = example_on(kai_kube, tmp_path)
+    assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
+    client.CustomObjectsApi(kai_kube.api_client()).patch_cluster_custom_object(
+        "kai.scheduler", "v1alpha1", "topologies", "dc1-gb200",
+        {"spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}, _content_type="application/merge-patch+json")
+    kai_kube.set_faults([{"kinds": ["500"], "methods": ["PATCH"], "dryRun": False,
+                          "path": "^/apis/kai.scheduler/v1alpha1/topologies/dc1-gb200$"}])
+    res = run_main(capsys, "apply", *args, "--auto-approve")
+    assert res.rc == 1, res
+    assert kai_topology(kai_kube) is None  # deleted; its create failed
+    kai_kube.set_faults([])
+    plan = plan_json(capsys, *args)
+    kai = [(c["action"], c["cause"]) for c in plan["changes"] if c["address"] == ADDRESS]
+    assert kai == [("create", "intent")]  # rackctl deleted it: not "deleted outside rackctl"
+    assert not [d for d in plan["drift"] if d["address"] == ADDRESS]
+    assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
+    assert kai_topology(kai_kube)["spec"] == yaml.safe_load((GOLDEN / "topology.yaml").read_text())["spec"]

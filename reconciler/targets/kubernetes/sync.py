@@ -285,7 +285,8 @@ def _shown(doc: dict[str, Any] | None) -> list[str]:
 class KubeApplied:
     """What ``apply`` did: counts, Nodes that vanished before their patch, and what is known to
     have landed: ``labels_landed``/``taints_landed`` (Nodes whose label or taint/cordon patch the
-    server answered), ``objects_landed`` (addresses of objects applied or pruned)."""
+    server answered), ``objects_landed`` (addresses of objects applied or pruned), ``deleted``
+    (addresses of objects being replaced whose delete landed)."""
 
     labelled: int = 0
     applied: int = 0
@@ -295,6 +296,7 @@ class KubeApplied:
     labels_landed: set[str] = field(default_factory=set)
     taints_landed: set[str] = field(default_factory=set)
     objects_landed: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
 
 
 def apply(kpass: KubePass, options: KubeOptions, *,
@@ -321,6 +323,7 @@ def apply(kpass: KubePass, options: KubeOptions, *,
     for obj in kpass.applies:
         if obj.address in kpass.replaces:
             api.delete(obj, dry_run=False)
+            done.deleted.add(obj.address)
         api.apply(obj, dry_run=False, force=options.force_conflicts)
         done.applied += 1
         done.objects_landed.add(obj.address)
@@ -398,7 +401,8 @@ def partial_record(kpass: KubePass, done: KubeApplied, before: KubeRecord) -> Ku
     for obj in [*kpass.applies, *kpass.comparison.deletes]:
         if obj.address not in done.objects_landed:
             objects.pop(obj.address, None)
-            if obj.address in before.objects:
+            # A replace whose delete landed: the object is gone by rackctl's hand, not drift.
+            if obj.address in before.objects and obj.address not in done.deleted:
                 objects[obj.address] = before.objects[obj.address]
     return KubeRecord(labels, objects)
 
