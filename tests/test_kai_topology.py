@@ -21,6 +21,7 @@ from reconciler.text import schemas
 
 GOLDEN = Path(__file__).parent / "golden_kai"
 ADDRESS = "kubernetes/Topology.kai.scheduler/dc1-gb200"
+EDITOR = "OpenAPI-Generator"  # the manager the fake server names for the kubernetes client's merge patch
 
 
 @pytest.fixture
@@ -166,6 +167,16 @@ def test_levels_edited_outside_rackctl_are_restored_by_one_replace(kai_kube, tmp
         {"spec": {"levels": [{"nodeLabel": "example.com/rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}},
         _content_type="application/merge-patch+json")
 
+    # The editor now manages the levels: deleting the object would drop its fields, a conflict.
+    res = run_main(capsys, "plan", *args)
+    assert res.rc == 1, res
+    said = [line for line in res.out.splitlines() if "[kubernetes-conflict]" in line]
+    assert said == [f"  error: [kubernetes-conflict] {ADDRESS}: its levels' node labels change, which the KAI "
+                    "Topology holds immutable (only aliases may be edited), so it would be deleted and created "
+                    f"again, but {EDITOR} also manage(s) its spec (metadata.managedFields) (pass "
+                    "--force-conflicts to replace it anyway, or resolve the conflict)"], res.out
+
+    args = [*args, "--force-conflicts"]
     plan = plan_json(capsys, *args)
     kai = [c for c in plan["changes"] if c["address"] == ADDRESS]
     assert [(c["action"], c["cause"]) for c in kai] == [("replace", "drift")]
@@ -200,6 +211,7 @@ def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_p
         {"spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}, _content_type="application/merge-patch+json")
     kai_kube.set_faults([{"kinds": ["500"], "methods": ["PATCH"], "dryRun": False,
                           "path": "^/apis/kai.scheduler/v1alpha1/topologies/dc1-gb200$"}])
+    args = [*args, "--force-conflicts"]  # the levels were edited by another manager
     res = run_main(capsys, "apply", *args, "--auto-approve")
     assert res.rc == 1, res
     assert kai_topology(kai_kube) is None  # deleted; its create failed
@@ -210,3 +222,33 @@ def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_p
     assert not [d for d in plan["drift"] if d["address"] == ADDRESS]
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
     assert kai_topology(kai_kube)["spec"] == yaml.safe_load((GOLDEN / "topology.yaml").read_text())["spec"]
+
+
+def test_an_offline_plan_after_an_online_apply_leaves_it_alone(kai_kube, tmp_path, capsys):
+    """Offline, ``auto`` renders no KAI Topology; the one the record holds is not pruned for it
+    (a kind not rendered is not pruned, as online)."""
+    intent, args = example_on(kai_kube, tmp_path)
+    assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
+    doc = plan_json(capsys, "-f", intent, "--offline", "--state-dir", tmp_path / "state")
+    assert [c for c in doc["changes"] if "kai.scheduler" in c["address"]] == []
+    with_kai(intent, topology="never")
+    doc = plan_json(capsys, "-f", intent, "--offline", "--state-dir", tmp_path / "state")
+    assert [c for c in doc["changes"] if "kai.scheduler" in c["address"]] == []
+
+
+def test_a_replace_whose_delete_answer_is_lost_is_not_taken_for_drift(kai_kube, tmp_path, capsys):
+    from kubernetes import client
+
+    intent, args = example_on(kai_kube, tmp_path)
+    assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
+    client.CustomObjectsApi(kai_kube.api_client()).patch_cluster_custom_object(
+        "kai.scheduler", "v1alpha1", "topologies", "dc1-gb200",
+        {"spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}, _content_type="application/merge-patch+json")
+    kai_kube.set_faults([{"kinds": ["timeout-after-commit"], "methods": ["DELETE"], "dryRun": False,
+                          "path": "kai.scheduler", "stall": 0.5}])
+    args = [*args, "--force-conflicts"]
+    assert run_main(capsys, "apply", *args, "--auto-approve").rc == 1
+    assert kai_topology(kai_kube) is None  # the delete landed; every answer to it was lost
+    kai_kube.set_faults([])
+    plan = plan_json(capsys, *args)
+    assert [(c["action"], c["cause"]) for c in plan["changes"] if c["address"] == ADDRESS] == [("create", "intent")]

@@ -39,7 +39,7 @@ def test_schema_rejects_an_unknown_action():
            "target": {"kind": "slurm", "version": "24.11", "configDir": "d", "topologyFile": "t",
                       "includeFile": "i"},
            "summary": {"errors": 0, "warnings": 0, "drift": 0, "node_drains": 0},
-           "changes": [{"kind": "file", "address": "slurm/file/t", "action": "replace", "cause": "intent",
+           "changes": [{"kind": "file", "address": "slurm/file/t", "action": "recreate", "cause": "intent",
                         "reason": "r"}], "reload": None,
            "drift": [], "node_states": [], "block_sizes": [18], "controller": None, "kubernetes": None,
            "diagnostics": []}

@@ -6,11 +6,13 @@ KAI v0.12 and newer serve and read this Topology (KAI-Scheduler ``docs/topology`
 ``{nodeLabel, alias}``: the same levels as Kueue's Topology (NVLink domain, slice,
 ``kubernetes.io/hostname``), each with an alias a workload's ``topologyConstraint`` may name
 (``requiredTopologyLevel: slice``). The CRD holds the list of node labels immutable ("only
-aliases may be edited"; before aliases, the whole list), so a change of label prefix replaces
-the object: deleted, then created again.
+aliases may be edited"; before aliases, the whole list), so restoring levels changed outside
+rackctl replaces the object: deleted, then created again (refused, like any conflict, while
+another field manager owns part of its spec, unless ``--force-conflicts``).
 
 Rendered when the API server serves it, or when the intent asks (``targets.kubernetes.kai.topology:
-always``, offline too); ``never`` renders it nowhere.
+always``, offline too); ``never`` renders it nowhere. Like any kind not rendered, a Topology
+rackctl applied before is then left in place, not pruned.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.plan.model import Action, Cause, Change
 from reconciler.targets.kubernetes import computedomains, nodelist, renderers
-from reconciler.targets.kubernetes.client import (MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes, LiveNode, connect,
-                                                  read_live, read_nodes, served_groups)
+from reconciler.targets.kubernetes.client import (FIELD_MANAGER, MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes,
+                                                  LiveNode, connect, read_live, read_nodes, served_groups)
 from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, compare, cordon_annotation, differences,
                                                    digest)
 from reconciler.targets.kubernetes.objects import KubeObject, Served
@@ -218,6 +218,8 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
             changes.append(Change("object", obj.address, action, Cause.INTENT, f"{obj.type.shown} {obj.version}; {why}",
                                   _diff(obj.address, None, obj.body)))
     for address in sorted(set(record.objects) - wanted):
+        if renderers.by_shown(address.split("/")[1]) not in desired.versions:
+            continue  # a kind not rendered (offline, or asked never) is not pruned, as online
         changes.append(Change("object", address, Action.DELETE, Cause.INTENT, f"no longer in the intent; {why}"))
     return changes
 
@@ -231,6 +233,13 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
     replaced = renderers.replaced(obj, have) if have is not None else None
     if replaced is not None:  # no dry-run: an update is refused, and a create finds the object there
         assert have is not None
+        others = _other_spec_managers(have)
+        if others and not force:  # deleting it would drop their fields with it
+            kpass.diagnostics.append(Diagnostic(
+                ERROR, "kubernetes-conflict", f"{obj.address}: {replaced}, so it would be deleted and created again, "
+                f"but {', '.join(others)} also manage(s) its spec (metadata.managedFields) (pass --force-conflicts "
+                "to replace it anyway, or resolve the conflict)", obj.address))
+            return
         kpass.applies.append(obj)
         kpass.replaces.add(obj.address)
         kpass.changes.append(Change("object", obj.address, Action.REPLACE, kpass.comparison.causes[obj.address],
@@ -250,6 +259,14 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
     kpass.applies.append(obj)
     kpass.changes.append(Change("object", obj.address, Action.CREATE if have is None else Action.UPDATE,
                                 kpass.comparison.causes[obj.address], why, diff))
+
+
+def _other_spec_managers(live: dict[str, Any]) -> list[str]:
+    """The field managers other than rackctl that own fields of ``live``'s spec, sorted."""
+    managed = (live.get("metadata") or {}).get("managedFields")
+    return sorted({m["manager"] for m in managed if isinstance(m, dict) and isinstance(m.get("manager"), str)
+                   and m["manager"] != FIELD_MANAGER and isinstance(m.get("fieldsV1"), dict)
+                   and "f:spec" in m["fieldsV1"]}) if isinstance(managed, list) else []
 
 
 def _laid_over(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
@@ -286,7 +303,7 @@ class KubeApplied:
     """What ``apply`` did: counts, Nodes that vanished before their patch, and what is known to
     have landed: ``labels_landed``/``taints_landed`` (Nodes whose label or taint/cordon patch the
     server answered), ``objects_landed`` (addresses of objects applied or pruned), ``deleted``
-    (addresses of objects being replaced whose delete landed)."""
+    (addresses of objects being replaced whose delete was sent, and may have landed)."""
 
     labelled: int = 0
     applied: int = 0
@@ -322,8 +339,8 @@ def apply(kpass: KubePass, options: KubeOptions, *,
     done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote, landed=done.labels_landed)
     for obj in kpass.applies:
         if obj.address in kpass.replaces:
+            done.deleted.add(obj.address)  # before the call: its answer may be lost after it landed
             api.delete(obj, dry_run=False)
-            done.deleted.add(obj.address)
         api.apply(obj, dry_run=False, force=options.force_conflicts)
         done.applied += 1
         done.objects_landed.add(obj.address)
