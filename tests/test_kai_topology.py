@@ -52,6 +52,15 @@ def kai_topology(kube, name: str = "dc1-gb200") -> dict | None:
         raise
 
 
+def edit_levels(kube, levels: list[dict]) -> None:
+    """Someone edits the levels by hand (a merge patch; a real server's CEL rule would refuse it)."""
+    from kubernetes import client
+
+    client.CustomObjectsApi(kube.api_client()).patch_cluster_custom_object(
+        "kai.scheduler", "v1alpha1", "topologies", "dc1-gb200", {"spec": {"levels": levels}},
+        _content_type="application/merge-patch+json")
+
+
 def plan_json(capsys, *args) -> dict:
     res = run_main(capsys, "plan", *args, "--format", "json")
     assert res.rc in (0, 2), res
@@ -202,13 +211,9 @@ def test_levels_edited_outside_rackctl_are_restored_by_one_replace(kai_kube, tmp
 
 
 def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_path, capsys):
-    from kubernetes import client
-
     intent, args = example_on(kai_kube, tmp_path)
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
-    client.CustomObjectsApi(kai_kube.api_client()).patch_cluster_custom_object(
-        "kai.scheduler", "v1alpha1", "topologies", "dc1-gb200",
-        {"spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}, _content_type="application/merge-patch+json")
+    edit_levels(kai_kube, [{"nodeLabel": "kubernetes.io/hostname"}])
     kai_kube.set_faults([{"kinds": ["500"], "methods": ["PATCH"], "dryRun": False,
                           "path": "^/apis/kai.scheduler/v1alpha1/topologies/dc1-gb200$"}])
     args = [*args, "--force-conflicts"]  # the levels were edited by another manager
@@ -237,13 +242,9 @@ def test_an_offline_plan_after_an_online_apply_leaves_it_alone(kai_kube, tmp_pat
 
 
 def test_a_replace_whose_delete_answer_is_lost_is_not_taken_for_drift(kai_kube, tmp_path, capsys):
-    from kubernetes import client
-
     intent, args = example_on(kai_kube, tmp_path)
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
-    client.CustomObjectsApi(kai_kube.api_client()).patch_cluster_custom_object(
-        "kai.scheduler", "v1alpha1", "topologies", "dc1-gb200",
-        {"spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}, _content_type="application/merge-patch+json")
+    edit_levels(kai_kube, [{"nodeLabel": "kubernetes.io/hostname"}])
     kai_kube.set_faults([{"kinds": ["timeout-after-commit"], "methods": ["DELETE"], "dryRun": False,
                           "path": "kai.scheduler", "stall": 0.5}])
     args = [*args, "--force-conflicts"]
