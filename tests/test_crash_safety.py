@@ -138,7 +138,7 @@ class Trial:
 
         intent = pipeline.load(str(self.intent), inventory=None, config_dir=None)
         run = pipeline.compute(intent, StateDir(self.state, CLUSTER), offline=True)
-        return {n: run.files.get(n) for n in MANAGED}
+        return {n: run.passes["slurm"].files.get(n) for n in MANAGED}
 
     def args(self, command: str, *extra: str) -> list[object]:
         approve = ["--auto-approve"] if command == "apply" else []

@@ -13,6 +13,7 @@ from reconciler.engine import snapshot
 from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
+from reconciler.targets import registry
 from reconciler.views import report
 
 FORMATS = ("text", "json", "yaml", "markdown")
@@ -53,7 +54,7 @@ def run(options: Options) -> int:
     outputs.check_out_file(options.out)
     intent = options.intent()
     state = options.state(intent)
-    outputs.refuse_run_inputs(options.out, intent, state.path, field="--out")
+    outputs.refuse_run_inputs(options.out, intent, registry.read_dirs(intent), state.path, field="--out")
     planned = compute_run(intent, state, offline=options.offline, show_users=options.show_users,
                           kube=options.kube(),
                           snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, options.out),

@@ -18,6 +18,7 @@ from reconciler.guard import deadline, outputs
 from reconciler.state import history
 from reconciler.state.migrate import open_state
 from reconciler.state.statedir import lock_timeout_s
+from reconciler.targets import registry
 
 MAX_INTERVAL_S = 30 * 86400  # a pass a month at least; longer belongs in cron
 
@@ -114,7 +115,8 @@ def run(options: Options) -> int:
     kube = options.kube()
     log = EventLog(options.log_format)
     state = open_state(options.state_dir, intent.name, log.note(intent.name))
-    outputs.refuse_run_inputs(options.metrics_textfile, intent, state.path, field="--metrics-textfile")
+    outputs.refuse_run_inputs(options.metrics_textfile, intent, registry.read_dirs(intent), state.path,
+                              field="--metrics-textfile")
     metrics = Metrics()
     metrics.seed(history.read(state))
     server = None

@@ -16,6 +16,7 @@ from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.intent.model import Intent
+from reconciler.targets import registry
 from reconciler.targets.kubernetes import sync as kubesync
 
 SNAPSHOT_HELP = """\
@@ -77,7 +78,7 @@ def run(options: Options) -> int:
         inventory = intent.inventory_path  # not read here, but by every plan of the snapshot
         inv_dir = inventory if inventory is not None and inventory.is_dir() else None
         outputs.refuse_inputs(options.out, field="--out", files=(intent.path, inventory if inv_dir is None else None),
-                              dirs=(intent.slurm.config_dir if intent.slurm_enabled else None, inv_dir))
+                              dirs=(*registry.read_dirs(intent), inv_dir))
     doc = snapshot.take(intent, kubesync.KubeOptions(options.kubeconfig, options.context), offline=options.offline)
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if options.out is not None:

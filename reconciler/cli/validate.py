@@ -6,7 +6,8 @@ import sys
 from dataclasses import dataclass
 
 from reconciler.cli.command import Command
-from reconciler.intent.model import block_sizes, load_intent
+from reconciler.intent.model import load_intent
+from reconciler.targets import registry
 from reconciler.text.yamlsource import display_path
 from reconciler.views import report
 
@@ -31,8 +32,11 @@ def add_parser(sub, make_sub) -> None:
 
 def run(options: Options) -> int:
     intent = load_intent(options.file)
-    sizes = block_sizes(intent) if intent.slurm_enabled else None
-    targets = [t for t, on in (("slurm", intent.slurm_enabled), ("kubernetes", intent.kubernetes is not None)) if on]
+    targets = registry.names(intent)
+    facts: dict[str, object] = {}
+    for target in registry.enabled(intent):
+        facts.update(target.facts(intent))
+    sizes = facts.get("block_sizes")
     if options.format in ("json", "yaml"):
         sys.stdout.write(report.dump({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
                                       "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes},

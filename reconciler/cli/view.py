@@ -21,6 +21,7 @@ from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.guard.untrusted import shown
+from reconciler.targets import registry
 from reconciler.views.html import render_html
 from reconciler.views.rackview import COUNTED, FleetView, fleet_view
 from reconciler.views.report import summary_line
@@ -96,7 +97,7 @@ def _run(options: StatusOptions, out: str | None = None) -> compute.Run:
     outputs.check_out_file(out)
     intent = options.intent()
     state = options.state(intent)
-    outputs.refuse_run_inputs(out, intent, state.path, field="--out")
+    outputs.refuse_run_inputs(out, intent, registry.read_dirs(intent), state.path, field="--out")
     return compute_run(intent, state, offline=options.offline, kube=options.kube(),
                        snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, out),
                        allow_destructive=options.allow_destructive, timeout_s=options.timeout)

@@ -1,59 +1,48 @@
-"""Apply a computed run: refusals first, then the Slurm files, reload and node states, then the
-Kubernetes writes, then the health history. Also the recovery of a Slurm apply killed half-way.
+"""Apply a computed run: refusals first, then each target's writes in registry order (Slurm's
+files, reload and node states, then Kubernetes'), then the health history. Also the recovery of
+an apply killed half-way.
 
-The order, journal and rollback of the Slurm files are the Slurm target's
-(``targets.slurm.target.apply``); this module decides whether to write at all (errors, a stale
-inventory, files taken over, trays with running jobs, the operator's answer) and in what order the
-targets go. The caller holds the state dir's lock. What it did is printed on standard output, one
-line per target, as ``rackctl apply`` shows it.
+What a target writes, and how it refuses or defers (files taken over, trays with running jobs),
+is the target's (``targets.protocol``); this module decides whether to write at all (errors, a
+stale inventory, the operator's answer) and drives the targets in order. The caller holds the
+state dir's lock. What it did is printed on standard output, one line per target, as ``rackctl
+apply`` shows it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
-from reconciler.engine import applyguard, compute
-from reconciler.errors import InputError, RackctlError, TargetError
+from reconciler.engine import compute
+from reconciler.errors import InputError, RackctlError
 from reconciler.guard.untrusted import shown
 from reconciler.intent.model import Intent
-from reconciler.layout.nodestates import RESLICE_REASON
 from reconciler.plan import blastradius, saved as savedplan
 from reconciler.state.statedir import Held
+from reconciler.targets import registry
 from reconciler.targets.kubernetes import sync as kubesync
-from reconciler.targets.slurm import controller as slurm_controller, controllercheck, target as slurm_target
-from reconciler.text import hostlist
-from reconciler.text.yamlsource import display_path
+from reconciler.targets.protocol import ApplySettings, Refused
 from reconciler.views import progress, report
 
 #: What ``apply_run`` returns: applied (or nothing to do, or a re-slice deferred), or cancelled at the prompt.
 APPLIED, CANCELLED = 0, 1
-
-
-@dataclass(frozen=True)
-class ApplySettings:
-    """How an apply writes. ``reload``: run the reload command after writing (False:
-    ``--no-reload``); ``take_over``: replace files rackctl has no record of (``--take-over``);
-    ``drain_first``: drain busy trays of a re-slice instead of refusing it; ``allow_stale_inventory``:
-    apply a plan whose inventory is stale; ``offline``: the run read no controller nor API server."""
-
-    reload: bool = True
-    take_over: bool = False
-    drain_first: bool = False
-    allow_stale_inventory: bool = False
-    offline: bool = False
+__all__ = ["APPLIED", "CANCELLED", "ApplySettings", "apply_run", "check_options", "count_pass", "recover_interrupted"]  # ApplySettings: the commands build it from here
 
 
 def recover_interrupted(intent: Intent, held: Held, settings: ApplySettings) -> str | None:
-    """Roll back a Slurm files apply killed half-way (``slurm_target.recover``), before anything
-    else is read; ``held``: the state dir's lock. Prints and returns the one line saying
-    what it did (None: nothing was interrupted). Raises ``TargetError`` when it cannot (then
-    nothing else happens)."""
-    note = slurm_target.recover(intent, held, reload=settings.reload, offline=settings.offline)
-    if note is not None:
-        print(shown(f"Recovery: {note}."), flush=True)  # the journal is read from disk: its text made inert
-    return note
+    """Roll back what an apply killed half-way left (each target's ``recover``), before anything
+    else is read; ``held``: the state dir's lock. Prints and returns the lines saying what was
+    done (None: nothing was interrupted). Raises ``TargetError`` when it cannot (then nothing
+    else happens)."""
+    notes = []
+    for target in registry.enabled(intent):
+        note = target.recover(intent, held, reload=settings.reload, offline=settings.offline)
+        if note is not None:
+            print(shown(f"Recovery: {note}."), flush=True)  # the journal is read from disk: its text made inert
+            notes.append(note)
+    return "; ".join(notes) or None
 
 
 def check_options(settings: ApplySettings, intent: Intent) -> None:
@@ -61,7 +50,7 @@ def check_options(settings: ApplySettings, intent: Intent) -> None:
     if settings.drain_first and settings.offline:
         raise InputError("--drain-first needs the running controller to see busy trays; drop --offline",
                          field="--drain-first")
-    if settings.offline and not intent.slurm_enabled:
+    if settings.offline and not any(t.writes_offline for t in registry.enabled(intent)):
         raise InputError("apply --offline has nothing to write: the Kubernetes target is written through its "
                          "API server", field="--offline", hint="use plan --offline to review the rendered objects")
 
@@ -75,8 +64,9 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOpti
     fails. ``saved``: the saved plan being applied (asks no confirmation). ``confirm``: asks
     whether to apply the plan just shown (None: approved already, ``--auto-approve``); ``replan``:
     the run computed again after a confirmation, which must not have moved (required with
-    ``confirm``)."""
-    plan, intent = run.plan, run.intent
+    ``confirm``). ``kube``: how the run reached its API server (its pass holds it already)."""
+    plan = run.plan
+    passes = list(run.passes.values())
     if plan.has_errors:
         sys.stdout.write(report.render(plan, "text"))
         blast = any(d.code == blastradius.CODE and d.severity == "error" for d in plan.diagnostics)
@@ -87,15 +77,22 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOpti
         sys.stdout.write(report.render(plan, "text"))
         raise RackctlError("the inventory is stale or incomplete (see above); nothing was applied",
                            hint="re-collect the reports, or pass --allow-stale-inventory to apply anyway")
-    applyguard.check(run, take_over=settings.take_over)
-    slurm = plan.slurm
-    busy = slurm.controller.busy if slurm and slurm.controller is not None and slurm.file_changes else []
-    if busy:
-        return _busy_reslice(run, busy, drain_first=settings.drain_first)
+    try:
+        for p in passes:
+            p.guard(plan, settings)
+        deferred = next((note for note in (p.defer(plan, settings) for p in passes) if note), None)
+    except Refused:
+        sys.stdout.write(report.render(plan, "text"))
+        raise
+    if deferred is not None:
+        count_pass(run)
+        print(deferred)
+        return APPLIED
     if not plan.has_changes:
         count_pass(run)
-        reloaded = ", nothing reloaded" if intent.slurm_enabled else ""
-        print(f"No changes. {_no_changes(run)}; nothing written{reloaded}.")
+        said = "; ".join(w for w in (p.unchanged() for p in passes) if w) or "nothing was read to compare"
+        untouched = "".join(f", {u}" for p in passes for u in p.untouched)
+        print(f"No changes. {said[0].upper() + said[1:]}; nothing written{untouched}.")
         _print_pending(plan)
         return APPLIED
     if saved is not None:  # approving the saved plan was the review
@@ -109,140 +106,36 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOpti
                 return CANCELLED
             # The prompt may have waited for hours: what it showed is read again before anything is written.
             now = replan()
-            savedplan.check_unmoved(plan, now.plan, (run.live, now.live), intent)
-    if intent.slurm_enabled:
-        _apply_slurm(run, reload=settings.reload)
-    if run.kube is not None and run.kube.read:
-        _apply_kubernetes(run, kube)
-    elif plan.kubernetes is not None and plan.kubernetes.changes:
-        print("Kubernetes: the changes above were listed, not applied (--offline).")
+            moved: dict[str, list[str]] = {}
+            for name, p in run.passes.items():
+                moved.update(p.moved(now.passes[name]))
+            savedplan.check_unmoved(plan, now.plan, run.intent, moved)
+    for p in passes:
+        p.apply(plan, settings, _progress)
     count_pass(run)
     _print_pending(plan)
     return APPLIED
 
 
-def _no_changes(run: compute.Run) -> str:
-    parts = []
-    if run.intent.slurm_enabled:
-        runs = " and the controller runs them" if run.controller is not None else ""
-        parts.append(f"The Slurm files match the intent{runs}")
-    if run.kube is not None and run.kube.read:
-        parts.append("the Kubernetes labels and objects match the intent")
-    text = "; ".join(parts) or "nothing was read to compare"
-    return text[0].upper() + text[1:]
-
-
-def _apply_kubernetes(run: compute.Run, kube: kubesync.KubeOptions) -> None:
-    """Write the Kubernetes changes, record them, and check that a fresh comparison is empty."""
-    kpass = run.kube
-    assert kpass is not None
-    done = kubesync.KubeApplied()
-    try:
-        with progress.bar("applying Kubernetes changes") as bar:
-            kubesync.apply(kpass, kube, on_progress=bar.callback, done=done)
-    except TargetError:
-        # Record what landed and only that: the next plan (and an offline one) shows the rest.
-        run.state.write_kube_record(kubesync.partial_record(kpass, done, run.state.read_kube_record()))
-        for line in (kubesync.partial_note(kpass, done), kubesync.retry_note(kpass)):
-            if line:
-                print(line, file=sys.stderr)
-        raise
-    run.state.write_kube_record(kubesync.record_of(kpass, done.vanished))
-    print(f"Kubernetes: labelled {done.labelled} Node(s), applied {done.applied} object(s), "
-          f"{done.tainted} taint/cordon change(s), pruned {done.pruned} object(s).")
-    note = kubesync.retry_note(kpass)
-    if note:
-        print(note, file=sys.stderr)
-    if done.vanished:
-        print(shown(f"warning: Node(s) gone before their patch, not recreated: {hostlist.compress(done.vanished)}"),
-              file=sys.stderr)
-    left = [c.address for c in compute.replan_kubernetes(run, kube).changes]
-    if left:
-        raise TargetError(f"kubernetes: after apply, still differing: {', '.join(left[:5])}",
-                          hint="another controller may be changing these; see `rackctl drift`")
-
-
-def _apply_slurm(run: compute.Run, *, reload: bool) -> None:
-    """The Slurm part of apply: files, reload, verify, node drains and resumes."""
-    intent, plan, state, ctl = run.intent, run.plan, run.state, run.controller
-    result = slurm_target.apply(
-        intent, run.files, run.live, state, tuple((b.name, b.nodes) for b in run.desired.blocks),
-        reload=reload,
-        imex_addresses=tuple((n.host, n.address) for n in run.desired.imex_nodes if n.address != n.host),
-        verify=(lambda: controllercheck.verify_loaded(intent, run.desired)) if ctl is not None else None,
-        log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
-        force_reload=bool(plan.slurm and plan.slurm.controller_changes))
-    calls = _apply_node_states(run, resliced=bool(result.written) and ctl is not None)
-    if result.written:
-        how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
-        if result.reloaded and ctl is not None:
-            how += "; the controller runs the rendered blocks and partitions (verified)"
-        print(f"Apply complete: wrote {', '.join(result.written)} in {display_path(intent.slurm.config_dir)}; {how}.")
-    elif result.reloaded:
-        print(f"Apply complete: reloaded with `{' '.join(intent.slurm.reload)}` (files were written, not loaded); "
-              "the controller runs them now (verified).")
-    if calls:
-        print(f"Node states: {len(run.nodes.drains)} drained, {len(run.nodes.resumes)} resumed "
-              f"({calls} scontrol update call(s)).")
-    for c in plan.restart_required:
-        print(f"Restart required: {c.reason.split(' (restart required', 1)[0]} takes effect on the compute nodes "
-              "only when every slurmd is restarted; rackctl does not restart daemons.")
+@contextlib.contextmanager
+def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
+    with progress.bar(what) as bar:
+        yield bar.callback
 
 
 def count_pass(run: compute.Run) -> None:
     """Save the health history: this apply was a pass for damping. Only when a target that takes
     trays out of service was read (the Slurm controller, the Kubernetes API server): an offline
-    pass cannot drain, and must not make the next online one drain at once."""
-    history = run.nodes.history if run.controller is not None else None
-    kube_nodes = run.kube.comparison.nodes if run.kube is not None and run.kube.comparison is not None else None
-    if kube_nodes is not None:
-        if history is None:
-            history = kube_nodes.history
-        else:  # both targets count the same unhealthy passes; resumes wait per target
-            for host, since in kube_nodes.history.healthy_since.items():
-                history.healthy_since[host] = min(since, history.healthy_since.get(host, since))
-    if history is not None:
-        run.state.write_health(history)
-
-
-def _apply_node_states(run: compute.Run, *, resliced: bool) -> int:
-    """Drain and resume as the node plan says; after a re-slice went live, resume the trays
-    ``--drain-first`` drained for it. Returns the number of ``scontrol update`` calls."""
-    if run.controller is None:
-        return 0
-    calls = 0
-    by_reason: dict[str, list[str]] = {}
-    for r in run.nodes.drains:
-        by_reason.setdefault(r.reason, []).append(r.node)
-    for reason, hosts in sorted(by_reason.items()):
-        calls += slurm_controller.update_nodes(hosts, "DRAIN", reason)
-    resume = [r.node for r in run.nodes.resumes]
-    if resliced:
-        drained = {s.host for s in run.desired.node_states}
-        resume += [h for h, n in run.controller.nodes.items() if n.reason == RESLICE_REASON and h not in drained]
-    if resume:
-        calls += slurm_controller.update_nodes(resume, "RESUME")
-    return calls
-
-
-def _busy_reslice(run: compute.Run, busy: list[dict], *, drain_first: bool) -> int:
-    """A re-slice would move trays that run jobs: refuse, or with --drain-first drain them now."""
-    plan, ctl = run.plan, run.controller
-    hosts = [b["node"] for b in busy]
-    jobs = sorted({j for b in busy for j in b["jobs"]})
-    what = f"{len(hosts)} tray(s) with running jobs would change block: {hostlist.compress(hosts)} (jobs {', '.join(map(str, jobs))})"
-    if not drain_first:
-        sys.stdout.write(report.render(plan, "text"))
-        raise RackctlError(f"{what}; nothing was applied", hint="wait for the jobs, or pass --drain-first to drain "
-                           "these trays now and apply the re-slice on a later pass when they are idle")
-    assert ctl is not None
-    todo = [h for h in hosts if not ctl.nodes[h].drained] if all(h in ctl.nodes for h in hosts) else hosts
-    if todo:
-        slurm_controller.update_nodes(todo, "DRAIN", RESLICE_REASON)
-    count_pass(run)
-    print(f"Re-slice deferred: {what}. Drained {len(todo)} of them (reason \"{RESLICE_REASON}\"); "
-          "run apply again once their jobs end. Nothing else was written.")
-    return APPLIED
+    pass cannot drain, and must not make the next online one drain at once. With two such
+    targets both count the same unhealthy passes; resumes wait per target."""
+    histories = [h for h in (p.pass_history() for p in run.passes.values()) if h is not None]
+    if not histories:
+        return
+    history = histories[0]
+    for other in histories[1:]:
+        for host, since in other.healthy_since.items():
+            history.healthy_since[host] = min(since, history.healthy_since.get(host, since))
+    run.state.write_health(history)
 
 
 def _print_pending(plan) -> None:

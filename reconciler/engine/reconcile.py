@@ -158,11 +158,8 @@ def _plan_or_apply(settings: PassSettings, kube: kubesync.KubeOptions, run: comp
         apply.apply_run(run, settings.apply, kube)  # auto-approved: returns 0 or raises
         out.result = "changed" if plan.has_changes else "ok"
     held = ("drained", "drain") if settings.mode == "apply" else ("drained",)
-    if run.intent.slurm_enabled:
-        out.drained["slurm"] = sum(r.action in held for r in run.nodes.rows)
-    if run.kube is not None:
-        nodes = run.kube.comparison.nodes if run.kube.comparison is not None else None
-        out.drained["kubernetes"] = sum(r.action in held for r in nodes.rows) if nodes is not None else 0
+    for name, target_pass in run.passes.items():
+        out.drained[name] = sum(r.action in held for r in target_pass.node_rows())
 
 
 def run_loop(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, metrics: Metrics, *,

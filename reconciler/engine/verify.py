@@ -58,13 +58,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine import compute as pipeline
-from reconciler.errors import RackctlError, TargetError
+from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.fabric.model import Fabric
 from reconciler.guard.untrusted import MAX_TEXT_CHARS, code_span, markdown, shown
 from reconciler.intent.model import Intent
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm import controller as slurm_controller
 from reconciler.targets.slurm.desired import DesiredSlurm
+from reconciler.targets.slurm.runner import Slurm, SlurmPass
 from reconciler.text import hostlist
 from reconciler.views.report import dump
 
@@ -625,8 +626,12 @@ def run_verify(intent: Intent, state: StateDir) -> Report:
         first = next(d for d in run.plan.diagnostics if d.severity == "error")
         raise RackctlError(f"the plan has errors (first: {first.message}); the placement proof needs a valid "
                            "desired state", hint="see `rackctl plan`")
-    ctl = run.controller
-    assert ctl is not None  # scontrol is on PATH, so compute read the controller (or raised)
-    f = facts(run.desired, run.fabric, ctl.nodes, ctl.blocks, set(ctl.partitions))
-    rows = prove(tiers(intent, run.desired), f, slurm_controller.run_status)
-    return Report(intent.name, ctl.version_text, rows, notes(run.desired, ctl.blocks, run.plan.has_changes))
+    slurm = run.passes.get(Slurm.name)
+    if not isinstance(slurm, SlurmPass):
+        raise InputError("verify proves Slurm placement; the intent has no Slurm target", file=intent.source.file,
+                         field="targets")
+    ctl, desired = slurm.controller, slurm.desired
+    assert ctl is not None and desired is not None  # scontrol is on PATH, so compute read the controller (or raised)
+    f = facts(desired, run.fabric, ctl.nodes, ctl.blocks, set(ctl.partitions))
+    rows = prove(tiers(intent, desired), f, slurm_controller.run_status)
+    return Report(intent.name, ctl.version_text, rows, notes(desired, ctl.blocks, run.plan.has_changes))

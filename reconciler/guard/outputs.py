@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Iterable
 
 from reconciler.errors import InputError
 from reconciler.guard.atomicfile import check_target
@@ -61,13 +62,14 @@ def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs
                              field=field)
 
 
-def refuse_run_inputs(out: str | os.PathLike | None, intent, state_path: Path, *, field: str) -> None:
+def refuse_run_inputs(out: str | os.PathLike | None, intent, target_dirs: Iterable[Path], state_path: Path, *,
+                      field: str) -> None:
     """``refuse_inputs`` for a command that plans ``intent`` (an ``Intent``): its file, the
-    inventory, the Slurm config dir (when the Slurm target is on) and the state dir
-    ``state_path``. Nothing to check when ``out`` is None."""
+    inventory, the folders its targets read (``target_dirs``: ``targets.registry.read_dirs``) and
+    the state dir ``state_path``. Nothing to check when ``out`` is None."""
     if out is None:
         return
     inventory = intent.inventory_path
     inv_dir = inventory if inventory is not None and inventory.is_dir() else None
     refuse_inputs(out, field=field, files=(intent.path, inventory if inv_dir is None else None),
-                  dirs=(inv_dir, intent.slurm.config_dir if intent.slurm_enabled else None, state_path))
+                  dirs=(inv_dir, *target_dirs, state_path))

@@ -19,22 +19,19 @@ per target, by what it takes away:
 
 Above a limit the plan gets an error diagnostic ``blast-radius`` (``plan`` exits 1, ``apply``
 refuses, writing nothing), or a warning with ``--allow-destructive``. A share exactly at the
-limit passes. Kubernetes label removal when the desired Kubernetes state is empty altogether is
+limit passes. Each target measures its own trays (``targets.protocol.TargetPass.blast_measures``)
+with the measures here; ``judge`` weighs them all. Kubernetes label removal when the desired Kubernetes state is empty altogether is
 left to the ``kubernetes-empty-prune`` guard (``--prune-empty`` is the consent for that case).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic
-from reconciler.intent.model import BlastRadius, Intent
+from reconciler.intent.model import BlastRadius
 from reconciler.layout.nodestates import NodeRow
 from reconciler.text import hostlist
-
-if TYPE_CHECKING:  # kubesync imports the plan model; only its type is needed here
-    from reconciler.targets.kubernetes.sync import KubePass
 
 CODE = "blast-radius"
 REMOVED, DRAINED = "maxRemovedShare", "maxDrainedShare"
@@ -68,26 +65,8 @@ def removed_from_topology(live_blocks: list[tuple[str, tuple[str, ...]]], placed
     ``targets.slurm.parse_blocks`` reads them) that no desired block holds (``placed``)."""
     live = {h for _, nodes in live_blocks for h in nodes}
     gone = tuple(sorted(live - placed, key=hostlist.natural_key))
-    return Measure(REMOVED, f"removes {len(gone):,} of {len(live):,} trays ({_pct(len(gone), len(live))}) from "
+    return Measure(REMOVED, f"removes {len(gone):,} of {len(live):,} trays ({percent(len(gone), len(live))}) from "
                    "the live Slurm topology: {hosts}", len(gone), len(live), gone)
-
-
-def unlabelled(kpass: KubePass) -> Measure | None:
-    """Nodes whose every rackctl label the plan removes, of the Nodes that carry this intent's
-    labels now; None when the API server was not read, or when the desired Kubernetes state is
-    empty altogether (the ``kubernetes-empty-prune`` guard's case)."""
-    cmp, live, desired = kpass.comparison, kpass.live, kpass.desired
-    if cmp is None or live is None or (not desired.objects and not desired.node_labels):
-        return None
-    cluster_key = f"{desired.label_prefix}cluster"
-    ours = desired.owner_labels.get(cluster_key)
-    labelled = {n.name for n in live.nodes.values() if n.labels and n.labels.get(cluster_key) in (None, ours)}
-    gone = tuple(sorted((p.node for p in cmp.label_patches
-                         if not desired.node_labels.get(p.node) and p.labels and None in p.labels.values()),
-                        key=hostlist.natural_key))
-    total = len(labelled | set(gone))
-    return Measure(REMOVED, f"removes rackctl's labels from {len(gone):,} of the {total:,} Nodes that carry them "
-                   f"({_pct(len(gone), total)}): {{hosts}}", len(gone), total, gone)
 
 
 def drained(rows: list[NodeRow], total: int, verb: str, target: str) -> Measure:
@@ -99,7 +78,7 @@ def drained(rows: list[NodeRow], total: int, verb: str, target: str) -> Measure:
     count = len(new) + held
     already = f", {held:,} of them held already" if held else ""
     return Measure(DRAINED, f"{verb} {len(new):,} {target} ({{hosts}}): rackctl would then hold {count:,} of "
-                   f"{total:,} placed trays ({_pct(count, total)}) out of service{already}", count, total, new, held)
+                   f"{total:,} placed trays ({percent(count, total)}) out of service{already}", count, total, new, held)
 
 
 def judge(measures: list[Measure], policy: BlastRadius, *, allow_destructive: bool) -> list[Diagnostic]:
@@ -129,28 +108,6 @@ def judge(measures: list[Measure], policy: BlastRadius, *, allow_destructive: bo
     return out
 
 
-def check(intent: Intent, *, live_blocks: list[tuple[str, tuple[str, ...]]], placed: set[str],
-          slurm_rows: list[NodeRow], kpass: KubePass | None, allow_destructive: bool) -> list[Diagnostic]:
-    """Measure a run against ``intent.blast_radius``. ``live_blocks``: the live Slurm topology
-    (empty when the Slurm target is off or the file is missing); ``placed``: the trays of the
-    desired blocks; ``slurm_rows``: the Slurm node plan's rows (only ``listed`` when the
-    controller was not read: nothing is drained then); ``kpass``: the Kubernetes pass, None when
-    that target is off. Returns the ``blast-radius`` diagnostics (see ``judge``)."""
-    measures = []
-    if intent.slurm_enabled:
-        measures += [removed_from_topology(live_blocks, placed), drained(slurm_rows, len(placed), "drains",
-                                                                         "trays in Slurm")]
-    if kpass is not None and kpass.live is not None and kpass.comparison is not None:
-        gone = unlabelled(kpass)
-        if gone is not None:
-            measures.append(gone)
-        if kpass.comparison.nodes is not None:
-            nodes = sum(h in kpass.live.nodes for h in placed)
-            verb = "cordons" if intent.kubernetes is not None and intent.kubernetes.unhealthy_nodes == "cordon" \
-                else "taints"
-            measures.append(drained(kpass.comparison.nodes.rows, nodes, verb, "Nodes"))
-    return judge(measures, intent.blast_radius, allow_destructive=allow_destructive)
-
-
-def _pct(part: int, whole: int) -> str:
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage with one decimal (``"0%"`` of nothing)."""
     return f"{100 * part / whole:.1f}%" if whole else "0%"

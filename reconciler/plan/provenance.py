@@ -28,19 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-
-from reconciler.targets.kubernetes.client import LiveKubernetes
-from reconciler.targets.slurm.controller import Controller
-from reconciler.targets.slurm.controllercheck import ControllerView
-from reconciler.targets.slurm.target import LiveSlurm
 
 #: The digest of a live target the run did not read (``--offline``, no ``scontrol`` on PATH).
 NOT_READ = "not read"
 #: Stands for the Slurm config dir's own path in what the Slurm digests cover.
-_CONFIG_DIR = b"\0configDir\0"
+CONFIG_DIR = b"\0configDir\0"
 #: The digests, in the words a refusal uses.
 INPUTS = (("intent", "the intent file"), ("inventory", "the inventory"),
           ("slurm_files", "the managed Slurm files"), ("slurm_controller", "the running Slurm controller"),
@@ -75,10 +70,10 @@ class PlannedWith:
     ``--allow-destructive`` (a plan above ``policy.blastRadius`` is applied with it)."""
 
     inventory: str
-    slurm_config_dir: str | None
     offline: bool
     force_conflicts: bool
     prune_empty: bool
+    slurm_config_dir: str | None = None
     live_snapshot: str | None = None
     allow_destructive: bool = False
 
@@ -103,10 +98,10 @@ class Provenance:
 
     intent: str
     inventory: str
-    slurm_files: str | None
-    slurm_controller: str | None
-    kubernetes: str | None
     planned_with: PlannedWith
+    slurm_files: str | None = None
+    slurm_controller: str | None = None
+    kubernetes: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``provenance`` of the JSON plan (``schemas/plan.schema.json``)."""
@@ -117,8 +112,17 @@ class Provenance:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Provenance:
         """The inverse of ``to_json``, for a document that passed the plan schema."""
-        return cls(doc["intent"], doc["inventory"], doc["slurm_files"], doc["slurm_controller"], doc["kubernetes"],
-                   PlannedWith(**doc["planned_with"]))
+        return cls(doc["intent"], doc["inventory"], PlannedWith(**doc["planned_with"]), slurm_files=doc["slurm_files"],
+                   slurm_controller=doc["slurm_controller"], kubernetes=doc["kubernetes"])
+
+    @classmethod
+    def of(cls, intent: str, inventory: str, planned_with: dict[str, Any], parts: dict[str, Any]) -> Provenance:
+        """A plan's provenance from the intent's and inventory's digests, the run's settings
+        (``PlannedWith`` fields) and the targets' ``parts`` (digests and ``PlannedWith`` fields
+        by name, ``TargetPass.provenance``)."""
+        digests = {f.name for f in fields(cls)}
+        return cls(intent, inventory, PlannedWith(**planned_with, **{k: v for k, v in parts.items() if k not in digests}),
+                   **{k: v for k, v in parts.items() if k in digests})
 
     def changed(self, now: Provenance) -> list[str]:
         """What differs between this (the saved plan's) and ``now`` (a fresh run's), in words:
@@ -137,7 +141,7 @@ class Provenance:
         return out
 
 
-def _canonical(value: Any) -> bytes:
+def canonical(value: Any) -> bytes:
     """A JSON value in one canonical form (sorted keys, no spaces)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
@@ -152,45 +156,3 @@ def where(path: Path, intent_file: Path) -> str:
 def resolve(recorded: str, intent_file: Path) -> Path:
     """The inverse of ``where``: a recorded path as an absolute path for ``intent_file``."""
     return intent_file.resolve().parent / recorded
-
-
-def slurm_files(live: LiveSlurm) -> str:
-    """The digest of the managed files as read (name, bytes or absence), in the order read."""
-    d = Digest()
-    cdir = str(live.config_dir).encode()
-    for name, data in live.files.items():
-        d.add(name, None if data is None else data.replace(cdir, _CONFIG_DIR))
-    return d.value()
-
-
-def slurm_controller(ctl: Controller | None, view: ControllerView | None, config_dir: Path) -> str:
-    """The digest of what the plan used from the running controller ``ctl`` and its comparison
-    ``view``; ``NOT_READ`` when it was not read."""
-    if ctl is None or view is None:
-        return NOT_READ
-    d = Digest()
-    loaded = _canonical({"version": ctl.version_text, "blocks": ctl.blocks, "block_sizes": ctl.block_sizes,
-                         "partitions": ctl.partitions, "config": ctl.config,
-                         "qos": sorted(ctl.qos) if ctl.qos is not None else None,
-                         "busy": [(b["node"], b["jobs"]) for b in view.busy]})
-    d.add("controller", loaded.replace(str(config_dir).encode(), _CONFIG_DIR))  # Prolog* settings name it
-    for name in sorted(ctl.nodes):
-        n = ctl.nodes[name]
-        d.add(name, _canonical([n.drained, n.down, n.powered_down, n.reason, n.reason_by]))
-    return d.value()
-
-
-def kubernetes(live: LiveKubernetes | None) -> str:
-    """The digest of the Kubernetes state rackctl compared; ``NOT_READ`` when offline."""
-    if live is None:
-        return NOT_READ
-    d = Digest()
-    d.add("served", _canonical(live.served))
-    for name in sorted(live.nodes):
-        n = live.nodes[name]
-        d.add(name, _canonical([n.labels, n.taints, n.unschedulable, n.cordon_reason]))
-    for part, docs in (("owned", live.objects), ("unowned", live.unowned)):
-        versions = sorted((address, (doc.get("metadata") or {}).get("resourceVersion", ""))
-                          for address, doc in docs.items())
-        d.add(part, _canonical(versions))
-    return d.value()

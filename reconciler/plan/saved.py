@@ -60,7 +60,7 @@ from reconciler.plan import blastradius
 from reconciler.plan.model import Plan
 from reconciler.plan.provenance import INPUTS, NOT_READ, Provenance, resolve
 from reconciler.plan.wire import change_document
-from reconciler.targets.slurm.target import LiveSlurm
+from reconciler.targets import registry
 from reconciler.text import schemas
 from reconciler.text.yamlsource import display_path, read_json_object
 
@@ -198,8 +198,9 @@ def check_settings(saved: SavedPlan, intent: Intent, given: Given) -> None:
 
 
 def _named(intent: Intent, key: str) -> Path | None:
-    """The inventory (``key``) or Slurm config dir ``intent`` names (None: the Slurm target is off)."""
-    return intent.inventory_path if key == "inventory" else intent.slurm.config_dir if intent.slurm_enabled else None
+    """The inventory (``key``) or a target's folder (``slurm_config_dir``) ``intent`` names (None:
+    that target is off)."""
+    return intent.inventory_path if key == "inventory" else registry.planned_paths(intent).get(key)
 
 
 def check_given(saved: SavedPlan, intent: Intent, given: Given) -> None:
@@ -282,9 +283,10 @@ def _first_difference(then: list[dict[str, Any]], now: list[dict[str, Any]]) -> 
     return (then if first < len(then) else now)[first]["address"]
 
 
-def check_unmoved(shown: Plan, now: Plan, files: tuple[LiveSlurm, LiveSlurm], intent: Intent) -> None:
+def check_unmoved(shown: Plan, now: Plan, intent: Intent, named: dict[str, list[str]]) -> None:
     """``apply`` showed the plan ``shown`` and got "yes"; ``now`` is the same run computed again
-    after the answer (``files``: the live Slurm config dir as read for each). Refuse unless they
+    after the answer (``named``: by provenance digest, what the targets name as moved between the
+    two runs, e.g. each managed Slurm file that differs: ``TargetPass.moved``). Refuse unless they
     are one plan: every digest (the intent, the inventory, the managed Slurm files, the running
     controller, the Kubernetes state) and every change equal, so that a file edited while the
     prompt waited is never overwritten. Raises ``RackctlError`` naming each file that moved."""
@@ -296,10 +298,8 @@ def check_unmoved(shown: Plan, now: Plan, files: tuple[LiveSlurm, LiveSlurm], in
             moved.append(f"the intent {display_path(intent.path)}")
         elif key == "inventory" and intent.inventory_path is not None:
             moved.append(f"the inventory {display_path(intent.inventory_path)}")
-        elif key == "slurm_files":
-            then, current = files[0].files, files[1].files
-            moved += [display_path(files[1].config_dir / n) for n in sorted(then.keys() | current.keys())
-                      if then.get(n) != current.get(n)]
+        elif key in named:
+            moved += named[key]
         else:
             moved.append(what)
     at = None if moved else _first_difference([change_document(c) for c in shown.changes],

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.compute import Run
-from reconciler.layout.model import REASON_PREFIX
+from reconciler.layout.model import flat_name
 from reconciler.layout.planner import tray_order_key
 from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist
@@ -42,7 +42,15 @@ MARKS = ("missing", "fault", "degraded", "drain", "taint", "operator", "down", "
 _ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (DRAINED, "drain"),
         "operator": (DRAINED, "operator"), "pending-drain": (PENDING, "pending"),
         "pending-resume": (PENDING, "pending"), "resume": (HEALTHY, "resume")}
-_OUT_OF_SERVICE = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A slice as Slurm names its block (``name``, the ``slurm/block/NAME`` of drift entries)."""
+
+    name: str
+    slice_name: str
+    nodes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -140,11 +148,11 @@ class _Tray:
 def fleet_view(run: Run) -> FleetView:
     """The racks of one run. Linear: one pass over the trays, blocks, node states, changes and
     live node lists."""
-    desired, fabric, plan = run.desired, run.fabric, run.plan
+    layout, fabric, plan = run.layout, run.fabric, run.plan
     tiers_of: dict[str, list[str]] = {}
-    for p in desired.partitions:
-        for h in p.nodes:
-            tiers_of.setdefault(h, []).append(p.tier)
+    for tier in layout.tiers:
+        for h in tier.trays:
+            tiers_of.setdefault(h, []).append(tier.name)
     trays: dict[str, _Tray] = {}
 
     def tray(host: str) -> _Tray:
@@ -163,10 +171,12 @@ def fleet_view(run: Run) -> FleetView:
         for a in addresses:
             tray(host).add(HEALTHY, "drift", f"drift: {a}")
 
-    blocks_of: dict[str, list] = {}
-    for b in desired.blocks:
-        if not b.placeholder:
-            blocks_of.setdefault(b.rack, []).append(b)
+    slice_by_name = {s.name: s for s in layout.slices}
+    blocks_of: dict[str, list[_Block]] = {}
+    for p in layout.positions:  # the slices in position order; a held position has none
+        s = slice_by_name.get(p.slice)
+        if s is not None and not p.held:
+            blocks_of.setdefault(s.rack, []).append(_Block(flat_name(s.name), s.name, s.trays))
     placed: set[str] = set()
     racks = []
     for rack in run.intent.racks:
@@ -201,37 +211,16 @@ def fleet_view(run: Run) -> FleetView:
 
 
 def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
-    """The plan's node-state rows with the mark a desired drain takes: the Slurm rows (``drain``),
-    then, when Kubernetes is a second target, its taint/cordon rows (``taint``). With Kubernetes
-    alone the plan's rows are already its rows."""
-    mark = "drain" if run.intent.slurm_enabled else "taint"
-    rows = [(r, mark) for r in run.plan.node_states]
-    cmp = run.kube.comparison if run.kube is not None else None
-    if run.intent.slurm_enabled and cmp is not None and cmp.nodes is not None:
-        rows += [(r.to_json(), "taint") for r in cmp.nodes.rows]
-    return rows
+    """Each target's node-state rows (in registry order) with the mark its desired drain takes
+    (``drain`` in Slurm, ``taint`` on Kubernetes)."""
+    return [(r.to_json(), p.mark) for p in run.passes.values() for r in p.node_rows()]
 
 
 def _live_marks(run: Run, tray) -> None:
     """What the running targets say: drained or down on the controller, tainted or cordoned Nodes."""
-    view = run.plan.slurm.controller if run.plan.slurm else None
-    for b in view.blocks if view is not None else ():
-        for d in b["drained"]:
-            ours = d["reason"].startswith(REASON_PREFIX)
-            who = "" if ours else f" by {d['by'] or 'an operator'}"
-            tray(d["node"]).add(DRAINED, "drain" if ours else "operator", f"drained{who}: {d['reason']}")
-        for d in b["down"]:
-            tray(d["node"]).add(DRAINED, "down", f"down: {d['reason']}")
-    live = run.kube.live if run.kube is not None else None
-    for name, node in sorted(live.nodes.items()) if live is not None else ():
-        held = [t for t in node.taints if t.get("effect") in _OUT_OF_SERVICE]
-        for t in held:
-            value = f"={t['value']}" if t.get("value") else ""
-            tray(name).add(DRAINED, "taint", f"taint {t.get('key', '')}{value}:{t['effect']}")
-        if node.unschedulable:
-            ours = bool(node.cordon_reason)
-            tray(name).add(DRAINED, "taint" if ours else "operator",
-                           f"cordoned: {node.cordon_reason}" if ours else "cordoned by an operator")
+    for p in run.passes.values():
+        for host, mark, note in p.held_out(run.plan):
+            tray(host).add(DRAINED, mark, note)
 
 
 def _drift(run: Run) -> tuple[dict[str, list[str]], set[str], list[str]]:

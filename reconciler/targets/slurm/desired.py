@@ -97,6 +97,10 @@ class DesiredSlurm:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)  # topology.yaml only
     imex_nodes: list[ImexNode] = field(default_factory=list)  # policy.imex: per-job only
+    #: Slurm's own findings by the layout stage they go before and after (``diagnostics`` holds
+    #: them merged with the layout's).
+    before: dict[str, list[Diagnostic]] = field(default_factory=dict)
+    after: dict[str, list[Diagnostic]] = field(default_factory=dict)
 
 
 def desired_slurm(intent: Intent, layout: Layout, history: History,
@@ -130,7 +134,8 @@ def desired_slurm(intent: Intent, layout: Layout, history: History,
                   else [])
     _check_imex_span(partitions, imex_nodes, after["inventory"])
     diags = [d for stage, found in layout.diagnostics for d in (*before[stage], *found, *after[stage])]
-    return DesiredSlurm(blocks, block_sizes(intent), partitions, states, intent.imex, diags, topologies, imex_nodes)
+    return DesiredSlurm(blocks, block_sizes(intent), partitions, states, intent.imex, diags, topologies, imex_nodes,
+                        dict(before), dict(after))
 
 
 def _blocks(intent: Intent, layout: Layout, history: History, diags: list[Diagnostic]) -> list[Block]:

@@ -1,11 +1,9 @@
-"""Per-job IMEX against what the node agents report. Pure.
+"""Per-job IMEX scripts against what the node agents report. Pure.
 
 Under ``policy.imex: per-job`` rackctl's Prolog starts one IMEX daemon per job on the job's trays
-only; a host-wide ``nvidia-imex.service`` would instead serve every job on the node across job
-boundaries, so an enabled one is drift (on Kubernetes too, where ComputeDomains start per-workload
-IMEX daemons). The node agent also reports the digests of rackctl's
-scripts it finds (``imex.scripts`` of the NodeReport): a node running other bytes than rendered
-is drift too. The plan says how the scripts reach the nodes (``targets.slurm.imex.delivery``).
+only. The node agent reports the digests of rackctl's scripts it finds (``imex.scripts`` of the
+NodeReport): a node running other bytes than rendered is drift. The plan says how the scripts
+reach the nodes (``targets.slurm.imex.delivery``).
 """
 
 from __future__ import annotations
@@ -29,7 +27,8 @@ _DELIVERY = {
 
 def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
           files: dict[str, bytes]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
-    """Diagnostics and drift entries for per-job IMEX (nothing under another policy).
+    """Diagnostics and drift entries about rackctl's IMEX scripts on the nodes under per-job IMEX
+    (nothing under another policy; the host-wide service is ``layout.imexhosts``'s to judge).
 
     ``nodes``: the NodeReports; ``placed``: hosts in blocks; ``files``: the rendered files (the
     scripts among them)."""
@@ -38,9 +37,8 @@ def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
     im = intent.slurm.imex
     where = _DELIVERY[im.delivery].format(dir=im.node_script_dir or intent.slurm.config_dir)
     diags = [Diagnostic(INFO, "imex-delivery", f"per-job IMEX scripts reach the compute nodes through {where}",
-                        "targets.slurm.imex.delivery")] if intent.slurm_enabled else []
+                        "targets.slurm.imex.delivery")]
     drift: list[dict[str, str]] = []
-    host_service: list[str] = []
     stale: dict[str, list[str]] = {}
     missing: list[str] = []
     wanted = {name: digest(files[name]) for name in IMEX_SCRIPTS.values() if name in files}
@@ -48,24 +46,13 @@ def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
         host, imex = node["hostname"], node.get("imex")
         if host not in placed or imex is None:
             continue
-        if imex.get("hostService"):
-            host_service.append(host)
-            drift.append({"address": f"node/{host}/nvidia-imex.service", "cause": "drift",
-                          "detail": "host-wide nvidia-imex.service is enabled where the policy is per-job"})
         seen = imex.get("scripts")
-        if not intent.slurm_enabled:
-            continue  # the scripts are Slurm's Prolog/Epilog; ComputeDomains do this on Kubernetes
         if seen is None:
             missing.append(host)
             continue
         for name, want in wanted.items():
             if seen.get(name) != want:
                 stale.setdefault(name, []).append(host)
-    if host_service:
-        diags.append(Diagnostic(WARNING, "imex-host-service", f"{len(host_service)} trays enable the host-wide "
-                                f"nvidia-imex.service under policy per-job (one IMEX domain shared across jobs): "
-                                f"{hostlist.compress(host_service)}; disable it (`systemctl disable --now "
-                                "nvidia-imex.service`)", "policy.imex", hardware=True))
     for name, hosts in sorted(stale.items()):
         drift.append({"address": f"node-scripts/{name}", "cause": "drift",
                       "detail": f"{len(hosts)} trays run other bytes than rendered: {hostlist.compress(hosts)}"})
