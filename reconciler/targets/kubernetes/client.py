@@ -137,7 +137,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, client
         if not isinstance(exc, (ConfigException, OSError)):
             why = f"not a kubeconfig: {type(exc).__name__}: {why}"
         hint = ("check the name against `kubectl config get-contexts`" if context and "context" in why.lower()
-                else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount")
+                else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount; "
+                "`plan --offline` plans without an API server")
         raise TargetError(f"{source}: no usable Kubernetes configuration ({why})", hint=hint) from None
     _guard_credentials(cfg, source)
     return httpguard.install(client.ApiClient(cfg))
