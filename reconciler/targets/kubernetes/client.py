@@ -138,7 +138,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, client
             why = f"not a kubeconfig: {type(exc).__name__}: {why}"
         hint = ("check the name against `kubectl config get-contexts`" if context and "context" in why.lower()
                 else "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod with a ServiceAccount; "
-                "`plan --offline` plans without an API server")
+                "without one, only `plan --offline` works (a snapshot reads the API server)")
         raise TargetError(f"{source}: no usable Kubernetes configuration ({why})", hint=hint) from None
     _guard_credentials(cfg, source)
     return httpguard.install(client.ApiClient(cfg))
