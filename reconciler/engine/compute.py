@@ -117,9 +117,7 @@ def _compute(ctx: Context, passes: dict[str, TargetPass], show_users: bool,
     histories = [p.history() for p in passes.values()]  # each pass reads what it last applied
     layout = plan_layout(intent, fabric, next((h for h in histories if h is not None), History()))
     staged = [p.desire(layout, found) for p in passes.values()]
-    diags = [d for stage, neutral in layout.diagnostics
-             for d in (*(x for s in staged for x in s.before.get(stage, ())), *neutral,
-                       *(x for s in staged for x in s.after.get(stage, ())))]
+    diags = layout.findings((s.before, s.after) for s in staged)
     if snapshot is not None:
         diags.append(_snapshot_note(snapshot, now))
     for p in passes.values():

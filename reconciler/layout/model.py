@@ -5,6 +5,7 @@ syntax; each target renders its own desired state from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from reconciler.diagnostics import Diagnostic
 
@@ -119,6 +120,11 @@ class Layout:
         """Tray -> the name of its placed slice."""
         return {h: s.name for s in self.slices for h in s.trays}
 
-    def findings(self) -> list[Diagnostic]:
-        """Every neutral finding, in order."""
-        return [d for _, ds in self.diagnostics for d in ds]
+    def findings(self, around: Iterable[tuple[Mapping[str, list[Diagnostic]], Mapping[str, list[Diagnostic]]]] = ()
+                 ) -> list[Diagnostic]:
+        """Every neutral finding, in order, with the targets' own: ``around`` holds, per target,
+        (findings before, findings after) by the name of the stage each goes with."""
+        around = list(around)
+        return [d for stage, ds in self.diagnostics
+                for d in (*(x for before, _ in around for x in before.get(stage, ())), *ds,
+                          *(x for _, after in around for x in after.get(stage, ())))]

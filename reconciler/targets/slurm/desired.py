@@ -133,7 +133,7 @@ def desired_slurm(intent: Intent, layout: Layout, history: History,
     imex_nodes = (_imex_nodes(intent, layout, addresses, history, after["inventory"]) if intent.imex == "per-job"
                   else [])
     _check_imex_span(partitions, imex_nodes, after["inventory"])
-    diags = [d for stage, found in layout.diagnostics for d in (*before[stage], *found, *after[stage])]
+    diags = layout.findings([(before, after)])
     return DesiredSlurm(blocks, block_sizes(intent), partitions, states, intent.imex, diags, topologies, imex_nodes,
                         dict(before), dict(after))
 
