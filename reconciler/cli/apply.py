@@ -12,6 +12,7 @@ from reconciler.engine import apply as engine_apply
 from reconciler.errors import RackctlError
 from reconciler.plan import saved as savedplan
 from reconciler.state.statedir import lock_timeout_s
+from reconciler.targets import registry
 
 PLAN_HELP = ("apply exactly this saved plan (`plan --out`), without asking: refused, nothing written, when the "
              "intent, inventory, live state or rackctl version changed since it was made (it is stale after it is "
@@ -65,7 +66,7 @@ def run(options: Options) -> int:
         allow_destructive = saved.provenance.planned_with.allow_destructive  # as it was planned
     intent = options.intent()
     if saved is not None:  # what needs nothing live is refused before the lock makes the state dir
-        savedplan.check_settings(saved, intent, options.given())
+        savedplan.check_settings(saved, intent, options.given(), registry.planned_paths(intent))
     settings = options.settings()
     engine_apply.check_options(settings, intent)
     state = options.state(intent)

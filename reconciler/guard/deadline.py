@@ -22,7 +22,7 @@ import time
 from typing import Iterator
 
 from reconciler.errors import InputError, TargetError
-from reconciler.intent.model import duration_s
+from reconciler.text.duration import duration_s
 
 #: ``--timeout`` unless given: a 2,000-rack plan takes 6-10 s on two cores (README "Performance"),
 #: a first apply's 36,000 Node patches a few minutes; ten minutes leaves a wide margin for a slow

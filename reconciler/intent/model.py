@@ -20,6 +20,7 @@ from typing import Any
 from reconciler.errors import InputError
 from reconciler.text import hostlist, schemas
 from reconciler.text.yamlsource import MAX_YAML_BYTES, SourceMap, display_path, load_yaml_text, read_text
+from reconciler.text.duration import duration_s
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
                 "gpu-disagreement", "not-reporting")
@@ -604,13 +605,6 @@ def _imex_settings(data: dict[str, Any], smap: SourceMap) -> ImexSettings:
         delivery=data.get("delivery", "configless"),
         node_script_dir=data.get("nodeScriptDir"),
     )
-
-
-def duration_s(text: str) -> int:
-    """``"90"``/``"90s"`` -> 90, ``"15m"`` -> 900, ``"6h"`` -> 21600, ``"2d"`` -> 172800 (seconds)."""
-    unit = text[-1] if text[-1] in "smhd" else "s"
-    number = text[:-1] if text[-1] in "smhd" else text
-    return int(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
 
 
 def block_sizes(intent: Intent) -> list[int]:

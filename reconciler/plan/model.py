@@ -10,14 +10,13 @@ same data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic, has_errors
 from reconciler.layout.freshness import STALE_CODES
 from reconciler.plan.provenance import Provenance
-from reconciler.targets.slurm.controllercheck import ControllerView
 
 FORMAT_VERSION = "1"
 
@@ -76,6 +75,23 @@ class Change:
     def __post_init__(self) -> None:
         object.__setattr__(self, "action", Action(self.action))
         object.__setattr__(self, "cause", Cause(self.cause))
+
+
+@dataclass
+class ControllerView:
+    """``not_loaded``: why the controller differs from the files on disk (empty: loaded);
+    ``blocks``: per-block node state summaries; ``busy``: re-sliced trays with running jobs."""
+
+    version: str
+    not_loaded: list[str] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    busy: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def to_json(self, show_users: bool = False) -> dict[str, Any]:
+        busy = [b if show_users else {k: v for k, v in b.items() if k != "users"} for b in self.busy]
+        return {"version": self.version, "loaded": not self.not_loaded, "not_loaded": self.not_loaded,
+                "blocks": self.blocks, "busy": busy}
 
 
 @dataclass(frozen=True)

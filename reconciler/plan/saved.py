@@ -51,7 +51,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from reconciler import __version__
 from reconciler.errors import InputError, RackctlError
@@ -60,7 +60,6 @@ from reconciler.plan import blastradius
 from reconciler.plan.model import Plan
 from reconciler.plan.provenance import INPUTS, NOT_READ, Provenance, resolve
 from reconciler.plan.wire import change_document
-from reconciler.targets import registry
 from reconciler.text import schemas
 from reconciler.text.yamlsource import display_path, read_json_object
 
@@ -166,12 +165,13 @@ def read(name: str) -> SavedPlan:
     return saved
 
 
-def check_settings(saved: SavedPlan, intent: Intent, given: Given) -> None:
+def check_settings(saved: SavedPlan, intent: Intent, given: Given, target_paths: Mapping[str, Path]) -> None:
     """Refuse what the plan file, the intent and apply's options alone show, before ``apply``
     takes the lock or reads anything live: a plan for another cluster, a ``provenance.planned_with``
     path (the inventory; the Slurm config dir, unless the plan found it missing too) that names
     nothing now, and settings not given again (``check_given``). ``intent``: as loaded with
-    apply's ``--inventory`` and ``--slurm-config-dir`` (``given``).
+    apply's ``--inventory`` and ``--slurm-config-dir`` (``given``); ``target_paths``: the
+    ``PlannedWith`` path field -> the folder an enabled target plans with (``registry.planned_paths``).
 
     Raises ``RackctlError`` for another cluster and ``InputError`` naming the plan file and the
     ``provenance.planned_with`` field for a missing path: "missing now" when the intent names that
@@ -185,7 +185,7 @@ def check_settings(saved: SavedPlan, intent: Intent, given: Given) -> None:
         path = resolve(recorded, intent.path)
         if path.exists():  # where it leads, the digests decide
             continue
-        named = _named(intent, key)
+        named = _named(intent, key, target_paths)
         field = f"provenance.planned_with.{key}"
         if named is not None and named.resolve() == path.resolve():
             raise InputError(f"the {what} the plan was made from, {display_path(path)}, is missing now; nothing was "
@@ -194,16 +194,16 @@ def check_settings(saved: SavedPlan, intent: Intent, given: Given) -> None:
                          f"not exist), and the intent names another; nothing was applied", file=saved.name,
                          field=field, hint=f"the plan file was edited, or the {what} it was planned with moved since; "
                          + AGAIN)
-    check_given(saved, intent, given)
+    check_given(saved, intent, given, target_paths)
 
 
-def _named(intent: Intent, key: str) -> Path | None:
+def _named(intent: Intent, key: str, target_paths: Mapping[str, Path]) -> Path | None:
     """The inventory (``key``) or a target's folder (``slurm_config_dir``) ``intent`` names (None:
     that target is off)."""
-    return intent.inventory_path if key == "inventory" else registry.planned_paths(intent).get(key)
+    return intent.inventory_path if key == "inventory" else target_paths.get(key)
 
 
-def check_given(saved: SavedPlan, intent: Intent, given: Given) -> None:
+def check_given(saved: SavedPlan, intent: Intent, given: Given, target_paths: Mapping[str, Path]) -> None:
     """Refuse ``saved`` unless apply was given the settings it was made with: each path (``PATHS``)
     that ``intent`` (as loaded with ``given``) names must be the one recorded, and each switch
     (``SWITCHES``) in ``given`` must be as recorded. A path of the plan's that is not the intent's,
@@ -213,7 +213,7 @@ def check_given(saved: SavedPlan, intent: Intent, given: Given) -> None:
     missing: list[tuple[str, str]] = []  # (what the plan was made with, the flag to give again)
     other: list[tuple[str, str]] = []  # (what the plan was made with instead, the flag given)
     for key, flag, what in PATHS:
-        recorded, now = getattr(made, key), _named(intent, key)
+        recorded, now = getattr(made, key), _named(intent, key, target_paths)
         if recorded is None or now is None:  # the Slurm target on or off: the intent's digest decides
             continue
         then = resolve(recorded, intent.path)

@@ -34,7 +34,7 @@ import re
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -43,7 +43,6 @@ from reconciler.errors import InputError, TargetError, malformed_why
 from reconciler.guard.deadline import parse_duration
 from reconciler.guard.safedir import SafeDir, check_private
 from reconciler.layout.nodestates import HealthHistory
-from reconciler.targets.kubernetes.compare import KubeRecord
 from reconciler.text import hostlist
 
 RECORD_FORMAT = 1
@@ -94,6 +93,15 @@ def _tell_waiting(message: str) -> None:
 def digest(data: bytes | None) -> str | None:
     """``sha256:<hex>`` of ``data``; None for a missing file."""
     return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class KubeRecord:
+    """What the last successful Kubernetes apply set: Node name -> digest of its desired labels,
+    object address -> digest of its desired body."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    objects: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,14 @@ cluster-wide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Protocol
 
-from reconciler.engine.compute import Run
-from reconciler.layout.model import flat_name
+from reconciler.fabric.model import Fabric
+from reconciler.intent.model import Intent
+from reconciler.layout.model import Layout, flat_name
 from reconciler.layout.planner import tray_order_key
+from reconciler.plan.model import Plan
+from reconciler.targets.protocol import TargetPass
 from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist
 
@@ -38,6 +41,22 @@ STATES = (HEALTHY, PENDING, DRAINED, MISSING)
 COUNTED = (HEALTHY, DRAINED, PENDING, MISSING)
 #: Marks in the order a tray lists them.
 MARKS = ("missing", "fault", "degraded", "drain", "taint", "operator", "down", "pending", "resume", "drift")
+
+
+class Run(Protocol):
+    """What the view reads of one run (``engine.compute.Run`` is one): the views sit below the
+    engine and never import it."""
+
+    @property
+    def intent(self) -> Intent: ...
+    @property
+    def layout(self) -> Layout: ...
+    @property
+    def fabric(self) -> Fabric: ...
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def passes(self) -> Mapping[str, TargetPass]: ...
 #: Node-state actions (``nodestates.NodeRow``) -> (state, mark).
 _ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (DRAINED, "drain"),
         "operator": (DRAINED, "operator"), "pending-drain": (PENDING, "pending"),

@@ -25,6 +25,7 @@ from reconciler.diagnostics import ERROR, WARNING, Diagnostic
 from reconciler.intent.model import Intent
 from reconciler.layout.model import REASON_PREFIX, Layout
 from reconciler.layout.nodestates import HealthHistory, LiveState, NodePlan, plan_nodes
+from reconciler.state.statedir import KubeRecord
 from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.client import FIELD_MANAGER, LiveKubernetes, LiveNode
 from reconciler.targets.kubernetes.labelkeys import label_value
@@ -48,15 +49,6 @@ def cordon_annotation(prefix: str) -> str:
 def digest(value: Any) -> str:
     """A short digest of a JSON value (the apply record stores these per Node and object)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class KubeRecord:
-    """What the last successful Kubernetes apply set: Node name -> digest of its desired labels,
-    object address -> digest of its desired body."""
-
-    labels: dict[str, str] = field(default_factory=dict)
-    objects: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

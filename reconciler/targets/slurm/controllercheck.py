@@ -8,33 +8,16 @@ checks that every QoS a tier names exists when accounting can be asked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.intent.model import Intent
+from reconciler.plan.model import ControllerView
 from reconciler.targets.slurm import controller as slurm_controller
 from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller
 from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from reconciler.text import hostlist
-
-
-@dataclass
-class ControllerView:
-    """``not_loaded``: why the controller differs from the files on disk (empty: loaded);
-    ``blocks``: per-block node state summaries; ``busy``: re-sliced trays with running jobs."""
-
-    version: str
-    not_loaded: list[str] = field(default_factory=list)
-    blocks: list[dict[str, Any]] = field(default_factory=list)
-    busy: list[dict[str, Any]] = field(default_factory=list)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-
-    def to_json(self, show_users: bool = False) -> dict[str, Any]:
-        busy = [b if show_users else {k: v for k, v in b.items() if k != "users"} for b in self.busy]
-        return {"version": self.version, "loaded": not self.not_loaded, "not_loaded": self.not_loaded,
-                "blocks": self.blocks, "busy": busy}
 
 
 def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Controller) -> ControllerView:
