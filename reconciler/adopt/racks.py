@@ -31,7 +31,7 @@ from reconciler.fabric.model import Fabric
 from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist, schemas
 
-_NAME = re.compile(schemas.validator("intent").schema["properties"]["racks"]["items"]["properties"]["name"]["pattern"])
+_NAME = re.compile(schemas.load("intent")["properties"]["racks"]["items"]["properties"]["name"]["pattern"])
 _CLIQUE_SUFFIX = re.compile(r"c(0|[1-9][0-9]{0,9})")
 SELECTS = ("auto", "hosts", "clusterUUID")
 

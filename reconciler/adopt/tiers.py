@@ -26,10 +26,10 @@ from reconciler.intent.model import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
 from reconciler.targets.slurm.target import PartitionLine
 from reconciler.text import hostlist, schemas
 
-_TIER = schemas.validator("intent").schema["properties"]["tiers"]["items"]["properties"]
+_TIER = schemas.load("intent")["properties"]["tiers"]["items"]["properties"]
 _TIER_NAME = re.compile(_TIER["name"]["pattern"])
 _SLURM = _TIER["slurm"]["properties"]
-_SLURM_NAME = re.compile(schemas.validator("intent").schema["$defs"]["slurmName"]["pattern"])
+_SLURM_NAME = re.compile(schemas.load("intent")["$defs"]["slurmName"]["pattern"])
 _MAX_TIME = re.compile(_SLURM["maxTime"]["pattern"])
 #: Partition options a tier's ``slurm`` section carries (lowercase).
 _KEPT = ("qos", "allowqos", "allowaccounts", "maxtime", "prioritytier", "default", "state")

@@ -50,8 +50,7 @@ class Options(RunOptions):
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    c = make_sub(sub, "apply", "write the Slurm files and reload; label Nodes and apply the Kueue objects "
-                 "(server-side apply)")
+    c = make_sub(sub, "apply")
     add_run_options(c, apply=True)
     c.add_argument("--auto-approve", action="store_true", help="apply without asking for confirmation")
     c.add_argument("--plan", metavar="PLANFILE", help=PLAN_HELP)

@@ -76,7 +76,7 @@ class KubernetesOptions:
 def add_parser(sub, make_sub) -> None:
     """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub``
     (``make_sub``: ``cli.main``'s sub-parser factory)."""
-    c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
+    c = make_sub(sub, "collect")
     engines = c.add_subparsers(dest="engine", required=True, metavar="ENGINE")
     s = engines.add_parser("slurm", help="through srun, one task per node", description=COLLECT_SLURM_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

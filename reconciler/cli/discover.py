@@ -29,7 +29,7 @@ class Options:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    d = make_sub(sub, "discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)")
+    d = make_sub(sub, "discover")
     d.add_argument("--hostname", help="host name to report (default: the Node's name with --publish-annotation, "
                    "else this host's name)")
     d.add_argument("--out", metavar="FILE", help="write the NodeReport to FILE (atomically) instead of stdout")

@@ -24,7 +24,7 @@ class Options(RunOptions):
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    c = make_sub(sub, "drift", "report drift of managed files, Kubernetes objects and hardware")
+    c = make_sub(sub, "drift")
     add_run_options(c, apply=False)
     add_view_options(c)
     c.set_defaults(func=Command(Options, run))

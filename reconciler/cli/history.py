@@ -42,7 +42,7 @@ class Options:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    h = make_sub(sub, "history", "show the recorded reconcile passes")
+    h = make_sub(sub, "history")
     h.description = HISTORY_HELP
     h.add_argument("-f", "--file", required=True, metavar="INTENT")
     h.add_argument("--state-dir", metavar="DIR", help=f"rackctl state; {STATE_DIR_DEFAULT}")

@@ -65,7 +65,7 @@ class Options:
 
 def add_parser(sub, make_sub) -> None:
     """Register ``import`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
-    p = make_sub(sub, "import", "write an intent that reproduces a running cluster (its first plan is empty)")
+    p = make_sub(sub, "import")
     p.description = IMPORT_HELP
     p.add_argument("--slurm-config-dir", required=True, metavar="DIR", help="the controller's Slurm config dir, or "
                    "a copy of it")

@@ -34,7 +34,7 @@ class Options:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    i = make_sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
+    i = make_sub(sub, "inventory")
     i.add_argument("captures", nargs="*", metavar="CAPTURE", help="one file per host; host name = file name "
                    "without .txt/.log")
     i.add_argument("--from-nodes", metavar="NODES", help="instead: Kubernetes Node objects (a NodeList, "

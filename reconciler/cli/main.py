@@ -1,27 +1,44 @@
 """The ``rackctl`` command line: the parser, and ``main``, the one place that turns errors into
 messages and exit codes. Each command is a module of this package with ``add_parser`` and
-``run(options) -> exit code`` (``cli.command.Command``)."""
+``run(options) -> exit code`` (``cli.command.Command``), listed in ``COMMANDS``.
+
+Only the module of the command being run is imported: ``--version`` and ``--help`` import none,
+and ``validate`` does not pay for the Kubernetes client or the metrics of ``reconcile``."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import NoReturn
+from typing import Iterable, NoReturn
 
 from reconciler import __version__
-from reconciler.cli import (apply as applycmd, collect as collectcmd, discover as discovercmd, drift as driftcmd,
-                            history as historycmd, import_ as importcmd, inventory as inventorycmd, plan as plancmd,
-                            reconcile as reconcilecmd, simulate as simulatecmd, snapshot as snapshotcmd,
-                            validate as validatecmd, verify as verifycmd, view as viewcmd)
 from reconciler.engine import gcpause
 from reconciler.errors import RackctlError, os_error_text
-from reconciler.guard import redact
-from reconciler.guard.untrusted import shown
-from reconciler.plan.model import FORMAT_VERSION
-from reconciler.views import progress, report
+from reconciler.views import progress
 
 EXIT_OK, EXIT_ERROR = 0, 1
+
+#: Every command in the order ``--help`` lists them: name -> (its module in ``reconciler.cli``,
+#: one line of help). A module may hold several (``view``: ``report`` and ``status``).
+COMMANDS = {
+    "validate": ("validate", 'check an intent without discovery (schema, names, references, slicing)'),
+    "inventory": ("inventory", 'convert captured `nvidia-smi -q` text into NodeReports'),
+    "discover": ("discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)"),
+    "simulate": ("simulate", 'write a seeded, deterministic NVL72 fleet inventory (with injected faults)'),
+    "collect": ("collect", 'run the node agent on every node and gather the NodeReports'),
+    "verify": ("verify", 'prove that the scheduler places jobs inside the intended slices'),
+    "import": ("import_", 'write an intent that reproduces a running cluster (its first plan is empty)'),
+    "report": ("view", 'write an HTML page of the racks (trays by slice, health, drift) and the plan'),
+    "status": ("view", 'show one row per rack: slices, tiers, trays healthy/drained/pending/missing, drift'),
+    "reconcile": ("reconcile", 'one plan or apply pass, or a loop of them; recorded, with metrics and logs'),
+    "history": ("history", 'show the recorded reconcile passes'),
+    "snapshot": ("snapshot", 'capture the live state (Slurm files and controller, Kubernetes objects) for `plan --live-snapshot` where the cluster cannot be reached'),
+    "plan": ("plan", 'show what apply would change'),
+    "apply": ("apply", 'write the Slurm files and reload; label Nodes and apply the Kueue objects (server-side apply)'),
+    "drift": ("drift", 'report drift of managed files, Kubernetes objects and hardware'),
+}
 
 EPILOG = """exit codes:
   validate   0 valid, 1 errors
@@ -62,7 +79,8 @@ def run() -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     """Run rackctl with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser(_named_command(argv))
     args = parser.parse_args(argv)
     progress.configure(disabled=args.no_progress)
     try:
@@ -93,7 +111,20 @@ def _drop_stdout() -> None:
         pass
 
 
+def _named_command(argv: list[str]) -> list[str]:
+    """The command ``argv`` names (its first word that is no option: the top-level options take no
+    value), as a list of one; none when it names no known command (``--version``, ``--help``, a
+    typo argparse then reports)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return [first] if first in COMMANDS else []
+
+
 def _fail(args: argparse.Namespace, message: str) -> int:
+    from reconciler.guard import redact
+    from reconciler.guard.untrusted import shown
+    from reconciler.plan.model import FORMAT_VERSION
+    from reconciler.views import report
+
     # Messages quote NodeReports, scontrol and API servers: no credential is ever printed (the last line
     # of defence), and each line is made inert for the terminal.
     message = redact.scrub(message)
@@ -108,7 +139,10 @@ def _fail(args: argparse.Namespace, message: str) -> int:
     return EXIT_ERROR
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(built: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the commands in ``built`` (default: all), each built from its module. When
+    ``built`` is empty (no command named: ``--help``, ``--version``, a typo) every command is listed
+    by name and help line only; argparse's parsers cost a third of a millisecond each."""
     p = _ArgumentParser(prog="rackctl", description="Declarative reconciler for rack-scale NVLink GPU "
                         "clusters: intent -> discovered fabric -> Slurm topology/block and Kubernetes "
                         "labels, Kueue topology and queues.",
@@ -117,10 +151,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (validatecmd, inventorycmd, discovercmd, simulatecmd, collectcmd, verifycmd, importcmd):
-        command.add_parser(sub, _sub)
-    for command in (viewcmd, reconcilecmd, historycmd, snapshotcmd, plancmd, applycmd, driftcmd):
-        command.add_parser(sub, _sub)
+    wanted = {COMMANDS[name][0] for name in (COMMANDS if built is None else built)}
+    for name, (module, help_) in COMMANDS.items():
+        if name in sub.choices:  # added with another command of its module
+            continue
+        if module in wanted:
+            importlib.import_module(f"reconciler.cli.{module}").add_parser(sub, _sub)
+        elif not wanted:
+            sub.add_parser(name, help=help_)
     _no_progress_everywhere(p)
     return p
 
@@ -146,8 +184,11 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
-def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=help_, description=help_, epilog=EPILOG,
+def _sub(sub, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
+    """Command ``name``'s parser: its help line from ``COMMANDS``, ``description`` (default: that
+    line) and the exit codes."""
+    help_ = COMMANDS[name][1]
+    return sub.add_parser(name, help=help_, description=description or help_, epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 

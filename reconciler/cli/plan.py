@@ -41,7 +41,7 @@ def add_view_options(c) -> None:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    c = make_sub(sub, "plan", "show what apply would change")
+    c = make_sub(sub, "plan")
     add_run_options(c, apply=False)
     add_view_options(c)
     c.add_argument("--out", metavar="PLANFILE", help="also write the JSON plan to this file")

@@ -82,7 +82,7 @@ class Options(RunOptions):
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    r = make_sub(sub, "reconcile", "one plan or apply pass, or a loop of them; recorded, with metrics and logs")
+    r = make_sub(sub, "reconcile")
     r.description = RECONCILE_HELP
     add_run_options(r, apply=True)
     r.add_argument("--mode", choices=MODES, default="plan-only",

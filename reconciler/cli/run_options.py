@@ -12,7 +12,7 @@ from reconciler.guard import deadline
 from reconciler.intent.model import Intent
 from reconciler.state.migrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
 from reconciler.state.statedir import StateDir
-from reconciler.targets.kubernetes.sync import KubeOptions
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.views import progress
 
 

@@ -42,7 +42,7 @@ class Options:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    sim = make_sub(sub, "simulate", "write a seeded, deterministic NVL72 fleet inventory (with injected faults)")
+    sim = make_sub(sub, "simulate")
     sim.add_argument("--racks", type=int, required=True, help="number of racks")
     sim.add_argument("--trays", type=int, default=18, help="compute trays per rack (default 18)")
     sim.add_argument("--gpus", type=int, default=4, help="GPUs per tray (default 4)")

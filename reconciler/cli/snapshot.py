@@ -17,7 +17,7 @@ from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.intent.model import Intent
 from reconciler.targets import registry
-from reconciler.targets.kubernetes import sync as kubesync
+from reconciler.targets.kubernetes.options import KubeOptions
 
 SNAPSHOT_HELP = """\
 Captures what `rackctl plan` reads live, without the inventory: the Slurm files rackctl reads in
@@ -53,8 +53,7 @@ class Options:
 
 def add_parser(sub, make_sub) -> None:
     """Register ``snapshot`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
-    p = make_sub(sub, "snapshot", "capture the live state (Slurm files and controller, Kubernetes objects) for "
-                 "`plan --live-snapshot` where the cluster cannot be reached")
+    p = make_sub(sub, "snapshot")
     p.description = SNAPSHOT_HELP
     p.add_argument("-f", "--file", required=True, metavar="INTENT")
     p.add_argument("--slurm-config-dir", metavar="DIR", help="Slurm config dir (overrides the intent)")
@@ -79,7 +78,7 @@ def run(options: Options) -> int:
         inv_dir = inventory if inventory is not None and inventory.is_dir() else None
         outputs.refuse_inputs(options.out, field="--out", files=(intent.path, inventory if inv_dir is None else None),
                               dirs=(*registry.read_dirs(intent), inv_dir))
-    doc = snapshot.take(intent, kubesync.KubeOptions(options.kubeconfig, options.context), offline=options.offline)
+    doc = snapshot.take(intent, KubeOptions(options.kubeconfig, options.context), offline=options.offline)
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if options.out is not None:
         atomic_write(Path(options.out), text.encode())

@@ -23,7 +23,7 @@ class Options:
 def add_parser(sub, make_sub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
-    v = make_sub(sub, "validate", "check an intent without discovery (schema, names, references, slicing)")
+    v = make_sub(sub, "validate")
     v.add_argument("-f", "--file", required=True, metavar="INTENT")
     v.add_argument("--format", choices=("text", "json", "yaml"), default="text",
                    help="a line (default), or the same facts as one JSON or YAML document")

@@ -53,7 +53,7 @@ class Options:
 
 def add_parser(sub, make_sub) -> None:
     """Register ``verify slurm`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
-    v = make_sub(sub, "verify", "prove that the scheduler places jobs inside the intended slices")
+    v = make_sub(sub, "verify")
     engines = v.add_subparsers(dest="engine", required=True, metavar="ENGINE")
     s = engines.add_parser("slurm", help="placement probes with sbatch --test-only", description=VERIFY_SLURM_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -6,7 +6,6 @@ The two share their options (``plan``'s, less ``--out`` and ``--show-users``) an
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -71,16 +70,14 @@ class ReportOptions(StatusOptions):
 
 
 def add_parser(sub, make_sub) -> None:
-    """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (their own help
-    layout: ``make_sub`` is not used)."""
-    r = sub.add_parser("report", help="write an HTML page of the racks (trays by slice, health, drift) and the plan",
-                       description=REPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (``make_sub``:
+    ``cli.main``'s sub-parser factory)."""
+    r = make_sub(sub, "report", description=REPORT_HELP)
     add_run_options(r, apply=False)
     r.add_argument("--format", choices=("html",), default="html", help="the page's format (default html)")
     r.add_argument("--out", metavar="FILE", help="write the page to FILE (atomically) instead of standard output")
     r.set_defaults(func=Command(ReportOptions, run_report))
-    s = sub.add_parser("status", help="show one row per rack: slices, tiers, trays healthy/drained/pending/missing, "
-                       "drift", description=STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = make_sub(sub, "status", description=STATUS_HELP)
     add_run_options(s, apply=False)
     s.add_argument("--format", choices=("text", "json", "yaml"), default="text",
                    help="a table (default), or the same numbers as one JSON or YAML document")

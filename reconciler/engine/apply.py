@@ -22,7 +22,7 @@ from reconciler.intent.model import Intent
 from reconciler.plan import blastradius, saved as savedplan
 from reconciler.state.statedir import Held
 from reconciler.targets import registry
-from reconciler.targets.kubernetes import sync as kubesync
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.targets.protocol import ApplySettings, Refused
 from reconciler.views import progress, report
 
@@ -55,7 +55,7 @@ def check_options(settings: ApplySettings, intent: Intent) -> None:
                          "API server", field="--offline", hint="use plan --offline to review the rendered objects")
 
 
-def apply_run(run: compute.Run, settings: ApplySettings, kube: kubesync.KubeOptions, *,
+def apply_run(run: compute.Run, settings: ApplySettings, kube: KubeOptions, *,
               saved: savedplan.SavedPlan | None = None, confirm: Callable[[], bool] | None = None,
               replan: Callable[[], compute.Run] | None = None) -> int:
     """Apply a computed run; the caller holds the state dir's lock. Returns 0 (applied, nothing to

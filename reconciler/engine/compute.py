@@ -28,7 +28,7 @@ from reconciler.plan import blastradius, provenance
 from reconciler.plan.model import Plan
 from reconciler.state.statedir import StateDir
 from reconciler.targets import registry
-from reconciler.targets.kubernetes.sync import KubeOptions
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.targets.protocol import Context, Found, TargetPass
 
 

@@ -33,7 +33,7 @@ from reconciler.intent.model import Intent
 from reconciler.state import history
 from reconciler.state.migrate import open_state
 from reconciler.state.statedir import Held, lock_timeout_s
-from reconciler.targets.kubernetes import sync as kubesync
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.views import report
 
 MODES = history.MODES
@@ -59,7 +59,7 @@ class PassSettings:
     apply: apply.ApplySettings
 
 
-def run_pass(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, cluster: str) -> Outcome:
+def run_pass(settings: PassSettings, kube: KubeOptions, log: EventLog, cluster: str) -> Outcome:
     """One pass under the state dir's lock (and the ``--lease`` Lease), recorded in the history
     unless the lock or the Lease was held: then the pass never ran, and its "failure" is another
     pass's success. ``cluster``: the cluster of the last intent read, used when the intent no
@@ -112,7 +112,7 @@ def run_pass(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, 
 
 
 @contextlib.contextmanager
-def _leased(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog,
+def _leased(settings: PassSettings, kube: KubeOptions, log: EventLog,
             cluster: str) -> Iterator[leaselock.LeaseLock | None]:
     """Hold the ``--lease`` Lease while the body runs (None without ``--lease``). Raises
     ``LeaseHeld`` when another pass holds it, ``InputError``/``TargetError`` when it cannot be
@@ -141,7 +141,7 @@ def _recover(settings: PassSettings, log: EventLog, intent: Intent, held: Held) 
             log.event("warning", "recovered", intent.name, message=note)
 
 
-def _plan_or_apply(settings: PassSettings, kube: kubesync.KubeOptions, run: compute.Run, out: Outcome) -> None:
+def _plan_or_apply(settings: PassSettings, kube: KubeOptions, run: compute.Run, out: Outcome) -> None:
     """The body of a pass: fill ``out`` from the plan; apply it in apply mode. Raises on failure."""
     plan = run.plan
     out.changes = dict(sorted(Tally(c.kind for c in plan.changes).items()))
@@ -162,7 +162,7 @@ def _plan_or_apply(settings: PassSettings, kube: kubesync.KubeOptions, run: comp
         out.drained[name] = sum(r.action in held for r in target_pass.node_rows())
 
 
-def run_loop(settings: PassSettings, kube: kubesync.KubeOptions, log: EventLog, metrics: Metrics, *,
+def run_loop(settings: PassSettings, kube: KubeOptions, log: EventLog, metrics: Metrics, *,
              cluster: str, interval: float | None, fail_on_drift: bool, textfile: str | None) -> int:
     """One pass, or (``interval``: seconds) a pass every ``interval`` until SIGTERM/SIGINT, the pass
     under way finished first. After each pass ``metrics`` observe it and, with ``textfile``, are

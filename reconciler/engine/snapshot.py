@@ -29,7 +29,7 @@ from reconciler.guard import outputs
 from reconciler.intent.model import Intent
 from reconciler.state.statedir import now_rfc3339
 from reconciler.targets import registry
-from reconciler.targets.kubernetes.sync import KubeOptions
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.targets.protocol import SNAPSHOT_AGAIN
 from reconciler.text import schemas
 from reconciler.text.yamlsource import display_path, read_json_object
@@ -54,7 +54,7 @@ def take(intent: Intent, kube: KubeOptions, *, offline: bool = False) -> dict[st
     read (as ``plan`` would)."""
     doc: dict[str, Any] = {"kind": KIND, "formatVersion": FORMAT_VERSION, "rackctlVersion": __version__,
                            "takenAt": now_rfc3339(), "cluster": intent.name,
-                           **{t.name: None for t in registry.TARGETS}}
+                           **{name: None for name in registry.PLAN_ORDER}}
     for target in registry.enabled(intent):
         doc[target.name] = target.take_snapshot(intent, (kube,), offline=offline)
     return doc
@@ -103,7 +103,7 @@ def load(name: str, intent: Intent) -> LiveSnapshot:
     except ValueError:
         raise InputError(f"{doc['takenAt']!r} is not a date and time; expected YYYY-MM-DDTHH:MM:SSZ", file=shown,
                          field="takenAt", hint=AGAIN) from None
-    for target in registry.TARGETS:
+    for target in registry.every():
         target.check_snapshot_shape(doc[target.name], shown)
     if doc["cluster"] != intent.name:
         raise InputError(f"the snapshot is of cluster {doc['cluster']!r}, the intent is {intent.name!r}",

@@ -1,7 +1,7 @@
 """The shape of a target, as the engine drives it through one run (``targets.registry`` lists them).
 
-A target is a scheduler rackctl renders the layout into. The engine knows none by name: it asks
-each target of the registry whether the intent turns it on, and then drives one ``TargetPass``
+A target is a scheduler rackctl renders the layout into. The engine knows none by name: it takes
+the targets the intent turns on from the registry, and then drives one ``TargetPass``
 per target on through the stages of a run, in this order:
 
 1. ``Target.begin``: check the intent's settings for this target, start slow reads (the
@@ -17,7 +17,7 @@ per target on through the stages of a run, in this order:
 
 and, for ``apply``, ``guard`` (refusals before anything is written), ``defer`` (a target may put
 the whole apply off, e.g. a re-slice under running jobs), ``apply`` (the writes, in
-``registry.TARGETS`` order) and ``pass_history`` (the damping history to save). Diagnostics of one
+``registry.PLAN_ORDER``) and ``pass_history`` (the damping history to save). Diagnostics of one
 severity keep the order of these stages (``engine.compute`` sorts them by severity only).
 """
 
@@ -189,9 +189,6 @@ class Target(Protocol):
     name: str
     writes_offline: bool
     read_what: str
-
-    def enabled(self, intent: Intent) -> bool:
-        """Whether ``intent`` turns this target on."""
 
     def read_dirs(self, intent: Intent) -> tuple[Path, ...]:
         """The folders a run of ``intent`` reads for this target (an output must not go there)."""

@@ -5,15 +5,21 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import jsonschema
 import jsonschema_rs
-import referencing
 
 from reconciler.errors import InputError
+
+if TYPE_CHECKING:
+    import jsonschema
+    import referencing
+
+# jsonschema (0.05 s to import) explains a violation; valid data, the common case, never needs
+# it: it is imported where an error is explained or a schema's own validator is built.
 
 #: Longest quotation of an offending value in a message (characters).
 MAX_QUOTED = 200
@@ -34,7 +40,9 @@ def schema_dir() -> Path:
 def validator(name: str) -> jsonschema.protocols.Validator:
     """A compiled validator for ``schemas/<name>.schema.json`` (cached); ``$ref`` between the
     published schemas resolves by their ``$id``."""
-    schema = _load(name)
+    import jsonschema
+
+    schema = load(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return _strict(cls)(schema, registry=_registry())
@@ -49,6 +57,8 @@ def _strict(cls):
     - a pattern's final ``$`` matches only at the very end, as in ECMA 262 (Python's ``$`` also
       matches before a final newline, which would let ``"gb200\\n"`` break a Slurm line).
     """
+    import jsonschema
+
     def is_integer(checker, instance):
         return isinstance(instance, int) and not isinstance(instance, bool)
 
@@ -68,15 +78,18 @@ def _anchored(patrn: str) -> re.Pattern:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(name: str) -> dict[str, Any]:
-    # Cached and shared: neither validator changes a schema it is given.
+def load(name: str) -> dict[str, Any]:
+    """The published schema ``name`` as a JSON document (cached and shared: read it, never
+    change it; neither validator changes a schema it is given)."""
     return json.loads((schema_dir() / f"{name}.schema.json").read_text(encoding="utf-8"))
 
 
 @functools.lru_cache(maxsize=None)
 def _registry() -> referencing.Registry:
+    import referencing
+
     return referencing.Registry().with_resources(
-        (_load(n)["$id"], referencing.Resource.from_contents(_load(n))) for n in _names())
+        (load(n)["$id"], referencing.Resource.from_contents(load(n))) for n in _names())
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,8 +97,12 @@ def _fast(name: str) -> jsonschema_rs.Validator:
     # jsonschema-rs (Rust) decides valid or not ~9x faster than fastjsonschema on 36,000
     # NodeReports (0.1 s against 0.9 s). Valid data (the common case) never reaches jsonschema,
     # which explains what is wrong. Its regexes are ECMA 262's, as the schemas' patterns are.
-    registry = jsonschema_rs.Registry([(_load(n)["$id"], _load(n)) for n in _names()])
-    return jsonschema_rs.validator_for(_load(name), registry=registry, offline=True)
+    return jsonschema_rs.validator_for(load(name), registry=_fast_registry(), offline=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_registry() -> jsonschema_rs.Registry:
+    return jsonschema_rs.Registry([(load(n)["$id"], load(n)) for n in _names()])
 
 
 def _names() -> list[str]:
@@ -105,10 +122,12 @@ def first_error(name: str, data: Any, *, floats: bool = True) -> jsonschema.Vali
     search for floats standing in for integers (``18.0``) that the fast validator lets through.
     """
     try:
-        if _fast(name).is_valid(data) and not (floats and _has_float(data)):
+        if _fast(name).is_valid(data) and not (floats and _has_suspect_float(data)):
             return None
     except ValueError:  # a value JSON cannot hold (a YAML date, an integer key): jsonschema judges it
         pass
+    import jsonschema
+
     # jsonschema (with the rules of ``_strict``) has the last word: the fast validator also
     # refuses what it cannot represent (NaN reads as null), which later checks name better.
     errors = list(validator(name).iter_errors(data))
@@ -158,14 +177,17 @@ def check_document(name: str, doc: Any, *, file: str, what: str, hint: str) -> N
                          or None, hint=hint)
 
 
-def _has_float(data: Any) -> bool:
+def _has_suspect_float(data: Any) -> bool:
+    """Whether ``data`` holds a float the fast validator may pass where jsonschema (``_strict``)
+    would not: a whole one (``18.0`` for an integer) or one that is not finite. A fraction such as
+    ``0.75`` is no integer to either of them."""
     kind = type(data)
     if kind is float:
-        return True
+        return data.is_integer() or not math.isfinite(data)
     if kind is dict:
-        return any(_has_float(v) for v in data.values())
+        return any(_has_suspect_float(v) for v in data.values())
     if kind is list:
-        return any(_has_float(v) for v in data)
+        return any(_has_suspect_float(v) for v in data)
     return False
 
 

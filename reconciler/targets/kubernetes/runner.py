@@ -43,9 +43,6 @@ class Kubernetes:
     writes_offline = False  # it writes through its API server only
     read_what = "reading the Kubernetes API server"
 
-    def enabled(self, intent: Intent) -> bool:
-        return intent.kubernetes is not None
-
     def read_dirs(self, intent: Intent) -> tuple[Path, ...]:
         return ()
 

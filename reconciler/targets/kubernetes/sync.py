@@ -29,32 +29,16 @@ from reconciler.layout.nodestates import HealthHistory
 from reconciler.plan.model import Action, Cause, Change
 from reconciler.targets.kubernetes import computedomains, nodelist, renderers
 from reconciler.targets.kubernetes.client import (FIELD_MANAGER, MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes,
-                                                  LiveNode, connect, read_live, read_nodes, served_groups)
+                                                  LiveNode, read_live, read_nodes, served_groups)
 from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, compare, cordon_annotation, differences,
                                                    digest)
 from reconciler.targets.kubernetes.objects import KubeObject, Served
+from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.targets.kubernetes.render import DesiredKubernetes, render_kubernetes
 from reconciler.text import hostlist
 
 #: metadata fields the server sets; left out of the diffs people read.
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
-
-
-@dataclass(frozen=True)
-class KubeOptions:
-    """How to reach and treat the cluster: ``kubeconfig``/``context`` (None: in-cluster, else
-    ``$KUBECONFIG``), ``force_conflicts`` (take fields other managers own), ``prune_empty``
-    (allow pruning down to nothing)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    force_conflicts: bool = False
-    prune_empty: bool = False
-
-    def connect(self) -> KubeApi:
-        """The API server these options name, rackctl's retries on (the client's own off).
-        Raises ``InputError``/``TargetError`` for a kubeconfig that cannot be used."""
-        return KubeApi(connect(self.kubeconfig, self.context, client_retries=False))
 
 
 @dataclass

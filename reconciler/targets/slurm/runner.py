@@ -41,9 +41,6 @@ class Slurm:
     writes_offline = True  # files: an offline apply writes them, reloading nothing it cannot verify
     read_what = "reading the Slurm controller"
 
-    def enabled(self, intent: Intent) -> bool:
-        return intent.slurm_enabled
-
     def read_dirs(self, intent: Intent) -> tuple[Path, ...]:
         return (intent.slurm.config_dir,)
 
