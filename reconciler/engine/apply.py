@@ -15,11 +15,12 @@ import contextlib
 import sys
 from typing import Callable, Iterator
 
+from reconciler.diagnostics import DESTRUCTIVE, ERROR, tagged
 from reconciler.engine import compute
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard.untrusted import shown
 from reconciler.intent.model import Intent
-from reconciler.plan import blastradius, saved as savedplan
+from reconciler.plan import saved as savedplan
 from reconciler.state.statedir import Held
 from reconciler.targets import registry
 from reconciler.targets.kubernetes.options import KubeOptions
@@ -69,7 +70,7 @@ def apply_run(run: compute.Run, settings: ApplySettings, kube: KubeOptions, *,
     passes = list(run.passes.values())
     if plan.has_errors:
         sys.stdout.write(report.render(plan, "text"))
-        blast = any(d.code == blastradius.CODE and d.severity == "error" for d in plan.diagnostics)
+        blast = any(d.code in tagged(DESTRUCTIVE) and d.severity == ERROR for d in plan.diagnostics)
         raise RackctlError("the plan has errors; nothing was applied",
                            hint="it removes or drains more of the fleet than policy.blastRadius allows (see above); "
                            "if that is meant, apply with --allow-destructive" if blast else None)

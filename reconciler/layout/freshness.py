@@ -18,8 +18,6 @@ from reconciler.text import hostlist
 
 #: How far in the future a report may be dated before it counts as clock skew (seconds).
 CLOCK_SKEW_TOLERANCE_S = 300
-#: Diagnostic codes that make ``apply`` refuse without ``--allow-stale-inventory``.
-STALE_CODES = frozenset({"inventory-stale", "inventory-incomplete", "inventory-clock-skew"})
 
 
 def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str], reporting: set[str],

@@ -33,7 +33,6 @@ from reconciler.intent.model import BlastRadius
 from reconciler.layout.nodestates import NodeRow
 from reconciler.text import hostlist
 
-CODE = "blast-radius"
 REMOVED, DRAINED = "maxRemovedShare", "maxDrainedShare"
 #: How many characters of a host list a message quotes (a fleet's list runs to kilobytes).
 MAX_HOSTS_SHOWN = 160
@@ -96,14 +95,14 @@ def judge(measures: list[Measure], policy: BlastRadius, *, allow_destructive: bo
         said = (f"the plan {m.what.format(hosts=shown)}; more than policy.blastRadius.{m.limit} {limit:g} "
                 f"({limit * 100:g}%)")
         if allow_destructive:
-            out.append(Diagnostic(WARNING, CODE, said + "; allowed by --allow-destructive",
+            out.append(Diagnostic(WARNING, "blast-radius", said + "; allowed by --allow-destructive",
                                   f"policy.blastRadius.{m.limit}"))
         else:
             why = ("was discovery complete, and is the NVLink fabric (Fabric Manager) healthy? A failed read or "
                    "an outage looks like this" if m.limit == DRAINED else
                    "was discovery complete, and does the intent still name every rack? A lost inventory or a "
                    "dropped rack looks like this")
-            out.append(Diagnostic(ERROR, CODE, f"{said}; refused: {why}. If it is meant, pass --allow-destructive "
+            out.append(Diagnostic(ERROR, "blast-radius", f"{said}; refused: {why}. If it is meant, pass --allow-destructive "
                                   f"(or raise policy.blastRadius.{m.limit})", f"policy.blastRadius.{m.limit}"))
     return out
 

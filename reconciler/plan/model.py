@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from reconciler.diagnostics import ERROR, WARNING, Diagnostic, has_errors
-from reconciler.layout.freshness import STALE_CODES
+from reconciler.diagnostics import ERROR, NODE_STATE, STALE, WARNING, Diagnostic, has_errors, tagged
 from reconciler.plan.provenance import Provenance
 
 FORMAT_VERSION = "1"
+#: What ``apply`` refuses without ``--allow-stale-inventory``; what views show as node-state rows.
+_STALE, _NODE_STATE = tagged(STALE), tagged(NODE_STATE)
 
 
 class _Word(str, Enum):
@@ -191,7 +192,12 @@ class Plan:
     @property
     def stale_inventory(self) -> list[Diagnostic]:
         """Diagnostics saying the inventory is stale, skewed or incomplete (``apply`` refuses)."""
-        return [d for d in self.diagnostics if d.code in STALE_CODES]
+        return [d for d in self.diagnostics if d.code in _STALE]
+
+    @property
+    def listed_diagnostics(self) -> list[Diagnostic]:
+        """The diagnostics a view lists: not those shown as node-state rows (a desired drain)."""
+        return [d for d in self.diagnostics if d.code not in _NODE_STATE]
 
     @property
     def has_errors(self) -> bool:
@@ -216,7 +222,7 @@ class Plan:
                 counts[key] = counts.get(key, 0) + 1
         counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
         # Drains are counted apart: they are listed under node states, not among the warnings.
-        counts["warnings"] = sum(d.severity == WARNING and d.code != "node-drain" for d in self.diagnostics)
+        counts["warnings"] = sum(d.severity == WARNING for d in self.listed_diagnostics)
         actions = [s.get("action") for s in self.node_states]
         counts["node_drains"] = actions.count("drain")
         counts["node_resumes"] = actions.count("resume")

@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from reconciler import __version__
+from reconciler.diagnostics import CREATED_BY_APPLY, DESTRUCTIVE, tagged
 from reconciler.errors import InputError, RackctlError
 from reconciler.intent.model import Intent
-from reconciler.plan import blastradius
 from reconciler.plan.model import Plan
 from reconciler.plan.provenance import INPUTS, NOT_READ, Provenance, resolve
 from reconciler.plan.wire import change_document
@@ -117,11 +117,11 @@ def load_for_apply(name: str, *, drain_first: bool, confirmed_destructive: bool)
 
 def check_destructive(name: str, made_with: bool, codes: frozenset[str] | set[str], *, confirmed: bool) -> None:
     """Refuse a saved plan ``name`` that was made with ``--allow-destructive`` (``made_with``) and
-    needs it (its diagnostic ``codes`` hold ``blastradius.CODE``: it removes or drains more than
+    needs it (its diagnostic ``codes`` hold a ``DESTRUCTIVE`` one: it removes or drains more than
     ``policy.blastRadius`` allows) unless ``--allow-destructive`` is given again (``confirmed``).
     Checked on the plan file before anything is read, and on the plan computed again under the
     lock (an edited file may have dropped the diagnostic). Raises ``InputError``."""
-    if made_with and blastradius.CODE in codes and not confirmed:
+    if made_with and codes & tagged(DESTRUCTIVE) and not confirmed:
         raise InputError(f"the saved plan {name} removes or drains more of the fleet than policy.blastRadius "
                          "allows; it was made with --allow-destructive, and applying it needs --allow-destructive "
                          "again; nothing was applied", field="--allow-destructive",
@@ -180,7 +180,7 @@ def check_settings(saved: SavedPlan, intent: Intent, given: Given, target_paths:
     made = saved.provenance.planned_with
     for key, _, what in PATHS:
         recorded = getattr(made, key)
-        if recorded is None or (key == "slurm_config_dir" and "config-dir-missing" in saved.codes):
+        if recorded is None or (key == "slurm_config_dir" and saved.codes & tagged(CREATED_BY_APPLY)):
             continue  # a config dir the plan found missing is created by apply
         path = resolve(recorded, intent.path)
         if path.exists():  # where it leads, the digests decide

@@ -43,7 +43,7 @@ def render_html(view: FleetView, plan: Plan) -> str:
         unplaced=", ".join(view.unplaced[:20]) + (" ..." if len(view.unplaced) > 20 else ""),
         stale=plan.stale_inventory, taken_over=taken_over(plan), taken_over_title=TAKEN_OVER_TITLE,
         reload=reload_line(plan), attention=attention, drift=plan.drift, changes=plan.changes,
-        diagnostics=[d for d in plan.diagnostics if d.code != "node-drain"],  # shown on their trays
+        diagnostics=plan.listed_diagnostics,  # drains are shown on their trays
         colours=COLOURS, legend_colours=min(max((len(r.slices) for r in view.racks), default=0), COLOURS),
         compact=len(view.racks) > COMPACT_RACKS, tray_class=_tray_class)
 

@@ -219,7 +219,7 @@ def _text(plan: Plan, command: str) -> str:
             out.append(f"  {_node_action(plan, s['action'])}: {s['node']} (slice {s['slice']}): {s['reason']}{note}")
         out.append("")
     for sev, title in ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Notes")):
-        items = [d for d in plan.diagnostics if d.severity == sev and d.code != "node-drain"]
+        items = [d for d in plan.listed_diagnostics if d.severity == sev]
         if items:
             out.append(f"{title}:")
             out += [f"  {sev}: [{d.code}] {d.message}" for d in items]
@@ -291,7 +291,7 @@ def _markdown(plan: Plan, command: str) -> str:
         out.append("")
     if _slurm(plan).controller is not None:
         out += ["#### Controller", "", *fence(_controller_text(plan)[:-1]), ""]
-    diags = [d for d in plan.diagnostics if d.code != "node-drain"]
+    diags = plan.listed_diagnostics
     if diags:
         out += ["#### Diagnostics", "", "| severity | code | message |", "|---|---|---|"]
         out += [_diagnostic_row(d) for d in diags]
