@@ -10,7 +10,8 @@ import pytest
 #: Fixtures of the Kubernetes tests (``kube``: a fake API server; ``cluster``: the example on it).
 pytest_plugins = ("kubehelp",)
 
-ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 # Real files from NVIDIA, Slurm and Kubernetes live beside the checkout in shared/fixtures (each
 # with a .source.txt saying where it came from); RACKCTL_FIXTURES points elsewhere if needed.

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from clihelp import run_main
+from clihelp import TESTS, run_main
 from fakekube import CRD_DIR, FakeKube
 from kubehelp import example_intent, example_on, writes
 
@@ -19,7 +19,7 @@ from reconciler.targets.kubernetes.kai import TOPOLOGY, KaiRenderer
 from reconciler.targets.kubernetes.objects import owned_object
 from reconciler.text import schemas
 
-GOLDEN = Path(__file__).parent / "golden_kai"
+GOLDEN = TESTS / "golden_kai"
 ADDRESS = "kubernetes/Topology.kai.scheduler/dc1-gb200"
 EDITOR = "OpenAPI-Generator"  # the manager the fake server names for the kubernetes client's merge patch
 

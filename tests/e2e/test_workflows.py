@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clihelp import ROOT
 
 from reconciler.text import schemas
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + sorted((ROOT / "examples" / "gitops").glob("*.yml"))
 BIN = Path(sys.executable).parent
 

@@ -3,7 +3,7 @@ refusal of unsafe values, determinism, and the size a 2,000-rack fleet gives.
 
 Golden layout: ``tests/golden_imex/<scenario>/scenario.yaml`` (the render arguments, with a
 drawing of the racks) and ``expected/<script>`` byte for byte. Regenerate with
-``RACKCTL_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_imex_render.py`` and review the
+``RACKCTL_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/targets/slurm/test_imex_render.py`` and review the
 diff by eye before committing it.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import nodereports as nr
 import pytest
 import yaml
-from clihelp import rackctl, run_main
+from clihelp import TESTS, rackctl, run_main
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
@@ -25,7 +25,7 @@ from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.targets.slurm.target import parse_blocks, parse_partitions, parse_topologies
 from reconciler.text import hostlist
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "yaml-two-tiers-rack-removed"
+GOLDEN = TESTS / "golden" / "yaml-two-tiers-rack-removed"
 MAN_EXAMPLES = ("topology.yaml.example-25.05.yaml", "topology.yaml.example-master-26.11.yaml")
 UUIDS = {
     "r01": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",

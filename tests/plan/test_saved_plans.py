@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from clihelp import MANAGED, assert_one_error, config_dir_for, copy_example, rackctl, run_main, snapshot
+from fakeslurm import DATA, fake_slurm_nodes
 from kubehelp import PREFIX, writes
-from test_controller_bad_output import DATA, _fake_slurm
 
 from reconciler import __version__
 from reconciler.text.yamlsource import display_path
@@ -453,7 +453,7 @@ def _nodes_doc(**states: list[str]) -> str:
 
 def test_the_controller_digest_follows_drains_not_job_churn(tmp_path, monkeypatch, capsys):
     intent = copy_example("dc1-gb200", tmp_path / "site")
-    fakebin = _fake_slurm(tmp_path, _nodes_doc())
+    fakebin = fake_slurm_nodes(tmp_path, _nodes_doc())
     monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
     planfile, state = tmp_path / "plan.json", tmp_path / "state"
     res = run_main(capsys, "plan", "-f", intent, "--state-dir", state, "--out", planfile)

@@ -5,7 +5,8 @@ guard, and how taints and cordons map onto the drain damping."""
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
+
+from clihelp import EXAMPLES_DIR
 
 from reconciler.intent.model import load_intent
 from reconciler.layout.model import Layout, Position, Slice, Tier, TrayState
@@ -16,7 +17,7 @@ from reconciler.targets.kubernetes.render import DesiredKubernetes
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
 P = "rackctl.dev/"
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dc1-gb200-kubernetes" / "intent.yaml"
+EXAMPLE = EXAMPLES_DIR / "dc1-gb200-kubernetes" / "intent.yaml"
 
 
 def flavor(spec: dict, managed: dict | None = None) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from clihelp import ROOT
 from hypothesis import given, settings, strategies as st
 
 from reconciler.fabric.model import build_fabric
@@ -24,7 +25,6 @@ from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.kueue import GROUP, KINDS, choose_versions
 from reconciler.targets.kubernetes.render import label_value, render_kubernetes
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "dc1-gb200-kubernetes" / "intent.yaml"
 INVENTORY = ROOT / "examples" / "dc1-gb200" / "inventory"
 PREFIX = "rackctl.dev/"

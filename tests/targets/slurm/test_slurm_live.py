@@ -5,59 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import stat
 from pathlib import Path
 
 import pytest
 from clihelp import ROOT, rackctl
-from slurmbed import TAKE_OVER
+from slurmbed import Live, set_health, slurm_writes
 
 from reconciler.text import hostlist
 
 EXAMPLES = ROOT / "examples"
-
-
-class Live:
-    """One intent applied against one test bed; every Slurm command rackctl runs is logged."""
-
-    def __init__(self, bed, tmp: Path, intent: Path) -> None:
-        self.bed, self.intent = bed, intent
-        self.state = tmp / "state"
-        self.calls_log = tmp / "slurm-calls.log"
-        shim = tmp / "shim"
-        shim.mkdir()
-        for tool in ("scontrol", "squeue", "sacctmgr", "sbatch"):
-            f = shim / tool
-            f.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{self.calls_log}"\nexec "{bed.bin / tool}" "$@"\n')
-            f.chmod(f.stat().st_mode | stat.S_IXUSR)
-        self.env = {**bed.env, "PATH": f"{shim}:{bed.env['PATH']}"}
-
-    def run(self, command: str, *extra: str):
-        args = [command, "-f", self.intent, "--slurm-config-dir", self.bed.config_dir, "--state-dir", self.state]
-        if command == "apply":
-            args += ["--auto-approve", TAKE_OVER]
-        return rackctl(*args, *extra, env=self.env)
-
-    def plan_json(self) -> dict:
-        res = self.run("plan", "--format", "json")
-        assert res.rc in (0, 2), res
-        return json.loads(res.out)
-
-    def calls(self) -> list[str]:
-        """Slurm commands run since the last call (and forget them)."""
-        if not self.calls_log.exists():
-            return []
-        lines = self.calls_log.read_text().splitlines()
-        self.calls_log.unlink()
-        return lines
-
-    def blocks(self) -> list[tuple[str, str]]:
-        return [(line.split()[0].split("=")[1], line.split()[2].split("=")[1])
-                for line in self.bed.topology().splitlines() if line.startswith("BlockName=")]
-
-
-def _writes(calls: list[str]) -> list[str]:
-    return [c for c in calls if c.startswith("scontrol reconfigure") or c.startswith("scontrol update")]
 
 
 def _copy_example(name: str, tmp: Path) -> Path:
@@ -80,15 +36,15 @@ def test_every_example_applies_verifies_and_the_second_apply_touches_nothing(slu
     assert res.rc == 0, res
     assert "the controller runs the rendered blocks and partitions (verified)" in res.out
     assert live.blocks() == blocks
-    assert _writes(live.calls()).count("scontrol reconfigure") == 1
+    assert slurm_writes(live.calls()).count("scontrol reconfigure") == 1
 
     if example == "rack-cliques":  # its unhealthy tray is drained on the second pass (damping)
         assert live.run("apply").rc == 0
-        assert _writes(live.calls()) == ["scontrol update nodename=gb-r02-n05 state=DRAIN reason=rackctl: unhealthy"]
+        assert slurm_writes(live.calls()) == ["scontrol update nodename=gb-r02-n05 state=DRAIN reason=rackctl: unhealthy"]
     again = live.run("apply")
     assert again.rc == 0, again
     assert again.out.startswith("No changes.")
-    assert _writes(live.calls()) == []  # no reconfigure, no node update
+    assert slurm_writes(live.calls()) == []  # no reconfigure, no node update
     plan = live.plan_json()
     assert plan["controller"]["loaded"] is True and plan["controller"]["version"] == "24.11.5"
     assert plan["changes"] == []
@@ -143,7 +99,7 @@ def test_files_written_but_not_loaded_are_reloaded(slurm_bed, tmp_path):
     res = live.run("apply")
     assert res.rc == 0, res
     assert "files were written, not loaded" in res.out
-    assert _writes(live.calls()) == ["scontrol reconfigure"]
+    assert slurm_writes(live.calls()) == ["scontrol reconfigure"]
     assert live.blocks() == [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]
 
 
@@ -174,17 +130,6 @@ def test_an_unchanged_live_topology_after_reload_is_a_rejection(slurm_bed, tmp_p
     assert not (live.bed.config_dir / "rackctl.conf").read_text().startswith("# rackctl.conf")
 
 
-def _set_health(intent: Path, host: str, healthy: bool) -> None:
-    inv = intent.parent / "inventory.json"
-    doc = json.loads(inv.read_text())
-    for node in doc["nodes"]:
-        if node["hostname"] == host:
-            for gpu in node["gpus"]:
-                gpu["fabric"]["healthSummary"] = "Healthy" if healthy else "Unhealthy"
-                gpu["fabric"]["healthMask"] = 0 if healthy else 4506
-    inv.write_text(json.dumps(doc))
-
-
 def _damping(intent: Path, resume_after: str) -> None:
     intent.write_text(intent.read_text().replace(
         "    minHealthyShare: 0.75\n", f"    minHealthyShare: 0.75\n    drainAfterPasses: 2\n    resumeAfter: {resume_after}\n"))
@@ -204,15 +149,15 @@ def test_an_unhealthy_tray_is_drained_after_damping_and_resumed_when_healthy(slu
     assert second.rc == 0, second
     states, reason = live.bed.node_state("gb-r02-n05")
     assert "DRAIN" in states and reason == "rackctl: unhealthy"
-    assert _writes(live.calls()) == ['scontrol update nodename=gb-r02-n05 state=DRAIN reason=rackctl: unhealthy']
+    assert slurm_writes(live.calls()) == ['scontrol update nodename=gb-r02-n05 state=DRAIN reason=rackctl: unhealthy']
     third = live.run("apply", "--allow-stale-inventory")
-    assert third.out.startswith("No changes.") and _writes(live.calls()) == []
+    assert third.out.startswith("No changes.") and slurm_writes(live.calls()) == []
 
-    _set_health(intent, "gb-r02-n05", healthy=True)
+    set_health(intent, "gb-r02-n05", healthy=True)
     res = live.run("apply", "--allow-stale-inventory")
     assert res.rc == 0, res
     assert "DRAIN" not in live.bed.node_state("gb-r02-n05")[0]
-    assert _writes(live.calls()) == ["scontrol update nodename=gb-r02-n05 state=RESUME"]
+    assert slurm_writes(live.calls()) == ["scontrol update nodename=gb-r02-n05 state=RESUME"]
 
 
 def test_resume_waits_for_the_healthy_time_and_an_operators_drain_is_left_alone(slurm_bed, tmp_path):
@@ -221,20 +166,20 @@ def test_resume_waits_for_the_healthy_time_and_an_operators_drain_is_left_alone(
     live = Live(slurm_bed("gb-r02-n[01-18]"), tmp_path, intent)
     live.bed.run("scontrol", "update", "nodename=gb-r02-n05", "state=drain", "reason=rackctl: unhealthy")
     live.bed.run("scontrol", "update", "nodename=gb-r02-n12", "state=drain", "reason=bad DIMM, ticket 42")
-    _set_health(intent, "gb-r02-n05", healthy=True)
+    set_health(intent, "gb-r02-n05", healthy=True)
     res = live.run("apply", "--allow-stale-inventory")
     assert res.rc == 0, res
     assert "gb-r02-n05 healthy for 0 of 3600 s" in res.out
     assert "DRAIN" in live.bed.node_state("gb-r02-n05")[0]
     states, reason = live.bed.node_state("gb-r02-n12")
     assert "DRAIN" in states and reason == "bad DIMM, ticket 42"
-    assert not [c for c in _writes(live.calls()) if "update" in c]
+    assert not [c for c in slurm_writes(live.calls()) if "update" in c]
     plan = live.plan_json()
     drained = {d["node"]: d for b in plan["controller"]["blocks"] for d in b["drained"]}
     assert drained["gb-r02-n12"] == {"node": "gb-r02-n12", "reason": "bad DIMM, ticket 42", "by": "root"}
 
     # The operator's tray turns unhealthy too: rackctl still leaves the operator's drain alone.
-    _set_health(intent, "gb-r02-n12", healthy=False)
+    set_health(intent, "gb-r02-n12", healthy=False)
     for _ in range(2):
         assert live.run("apply", "--allow-stale-inventory").rc == 0
     assert live.bed.node_state("gb-r02-n12")[1] == "bad DIMM, ticket 42"
@@ -276,7 +221,7 @@ def test_a_reslice_over_a_busy_tray_is_refused_unless_drain_first(slurm_bed, tmp
     refused = live.run("apply", "--allow-stale-inventory")
     assert refused.rc == 1
     assert f"1 tray(s) with running jobs would change block: gb-a01-n09 (jobs {job_id})" in refused.err
-    assert _writes(live.calls()) == []
+    assert slurm_writes(live.calls()) == []
 
     deferred = live.run("apply", "--allow-stale-inventory", "--drain-first")
     assert deferred.rc == 0, deferred

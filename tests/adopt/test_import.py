@@ -15,12 +15,12 @@ from pathlib import Path
 import nodereports as nr
 import pytest
 import yaml
-from clihelp import EXAMPLES, EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main, write_slurm_conf
+from clihelp import EXAMPLES, EXAMPLES_DIR, TESTS, assert_one_error, config_dir_for, rackctl, run_main, write_slurm_conf
 
 from reconciler.intent.model import load_intent
 from reconciler.text import hostlist
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = TESTS / "golden"
 #: Golden scenarios whose intent applies (expected plan exit code 2): each must round-trip.
 #: The golden scenarios apply writes files for (not those whose config dir has no slurm.conf).
 APPLIED = sorted(p.name for p in GOLDEN.iterdir()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from clihelp import TESTS
 
 from reconciler.errors import TargetError
 from reconciler.targets.slurm import controller as sc
 
-DATA = Path(__file__).parent / "data" / "slurm-24.11"
+DATA = TESTS / "data" / "slurm-24.11"
 
 
 def _json(name: str) -> dict:

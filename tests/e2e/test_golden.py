@@ -22,7 +22,7 @@ Each scenario is copied to ``tmp_path`` and run from there (so paths in plans ar
 with ``--state-dir`` in ``tmp_path``.
 
 To regenerate the expected files after a deliberate change, run
-``RACKCTL_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_golden.py`` and review every changed
+``RACKCTL_UPDATE_GOLDEN=1 .venv/bin/pytest tests/e2e/test_golden.py`` and review every changed
 file by eye against the rules before committing it: a golden file that enshrines a bug is worse
 than none.
 """
@@ -37,21 +37,21 @@ from pathlib import Path
 import pytest
 import yaml
 from clihelp import EXAMPLES as SLURM_EXAMPLES
+from clihelp import EXAMPLES_DIR, TESTS
 
 from reconciler import __version__
 from reconciler.cli.main import main
 from reconciler.intent.model import IMEX_SCRIPTS
 from reconciler.text import schemas
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GOLDEN = TESTS / "golden"
 SCENARIOS = sorted(p.name for p in GOLDEN.iterdir() if (p / "intent.yaml").is_file() or p.name.startswith("example-"))
 
 
 def _inputs(scenario: str) -> Path:
     """``example-<name>`` scenarios run the bundled ``examples/<name>`` as users see it."""
     if scenario.startswith("example-"):
-        return EXAMPLES / scenario.removeprefix("example-")
+        return EXAMPLES_DIR / scenario.removeprefix("example-")
     return GOLDEN / scenario
 UPDATE = os.environ.get("RACKCTL_UPDATE_GOLDEN") == "1"
 PLAN_FILES = ("plan.json", "plan.txt", "exit_code")
@@ -142,7 +142,7 @@ def test_golden(scenario: str, tmp_path: Path, monkeypatch, capsys) -> None:
     assert rendered == sorted(managed)
     for name in rendered:
         assert _normalized(work, work / "slurm" / name) == (expected / name).read_bytes(), name
-    # The per-job IMEX scripts have golden files of their own (tests/test_imex_render.py).
+    # The per-job IMEX scripts have golden files of their own (tests/targets/slurm/test_imex_render.py).
     owned = (*managed, *IMEX_SCRIPTS.values())
     untouched = {k: v for k, v in after_apply.items() if k not in owned}
     assert untouched == {k: v for k, v in before_apply.items() if k not in owned}, "slurm.conf was written"

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from celpy import celtypes
 
-from clihelp import ROOT
+from clihelp import ROOT, TESTS
 
 POLICY_FILE = ROOT / "examples" / "kubernetes" / "discover-admission-policy.yaml"
 DAEMONSET_FILE = ROOT / "examples" / "kubernetes" / "discover-daemonset.yaml"
-REQUESTS = Path(__file__).parent / "data" / "admission"
+REQUESTS = TESTS / "data" / "admission"
 
 OTHER_NODE = "the rackctl agent on Node gb-r01-n01 may change that Node only, not gb-r01-n02"
 NO_CLAIM = ("the rackctl agent's token names no Node (no authentication.kubernetes.io/node-name claim): the agent "

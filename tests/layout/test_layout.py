@@ -3,9 +3,8 @@ golden scenario's live topology.yaml), and the Slurm desired state built from it
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from clihelp import EXAMPLES_DIR, TESTS
 
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import load_intent
@@ -16,7 +15,7 @@ from reconciler.targets.slurm import target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.desired import desired_slurm
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rack-cliques" / "intent.yaml"
+EXAMPLE = EXAMPLES_DIR / "rack-cliques" / "intent.yaml"
 UUID = "dc6e40c4-d722-4357-9ba6-5291dd461278"
 C1 = tuple(f"gb-r02-n{i:02d}" for i in range(1, 10))
 C2 = tuple(f"gb-r02-n{i:02d}" for i in range(10, 19))
@@ -71,7 +70,7 @@ def test_a_gone_slice_keeps_its_position_and_topology_conf_removes_it(example):
 
 
 def test_a_removed_rack_keeps_held_positions_in_the_layout_and_its_tier():
-    intent = load_intent(Path(__file__).resolve().parent / "golden" / "yaml-two-tiers-rack-removed" / "intent.yaml")
+    intent = load_intent(TESTS / "golden" / "yaml-two-tiers-rack-removed" / "intent.yaml")
     history = slurm_target.history(intent, slurm_target.read_live(intent, DISK), None)
     assert history.slices[2][0] == "r02/s0"  # read back from the live topology.yaml, in slice terms
     layout = plan_layout(intent, build_fabric(load_inventory(intent.inventory_path)), history)

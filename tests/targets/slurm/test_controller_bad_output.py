@@ -9,19 +9,10 @@ import shutil
 
 import pytest
 from clihelp import ROOT, assert_one_error, rackctl, snapshot
-from fakeslurm import fake_slurm_bin
+from fakeslurm import DATA, fake_slurm_nodes
 
 from reconciler.errors import TargetError
 from reconciler.targets.slurm import controller as sc
-
-DATA = ROOT / "tests" / "data" / "slurm-24.11"
-
-
-def _fake_slurm(tmp_path, nodes_doc: str):
-    """The captured controller's commands, except `scontrol show nodes --json`, which prints
-    ``nodes_doc``."""
-    (tmp_path / "nodes.json").write_text(nodes_doc)
-    return fake_slurm_bin(tmp_path / "fakebin", nodes_json=tmp_path / "nodes.json")
 
 
 @pytest.mark.parametrize("doc, why", [
@@ -34,7 +25,7 @@ def _fake_slurm(tmp_path, nodes_doc: str):
 def test_unexpected_node_documents_are_one_error_naming_the_command(tmp_path, monkeypatch, doc, why):
     site = tmp_path / "site"
     shutil.copytree(ROOT / "examples" / "dc1-gb200", site)
-    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path, doc)}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fake_slurm_nodes(tmp_path, doc)}:{os.environ['PATH']}")
     before = snapshot(site / "slurm")
     res = rackctl("apply", "-f", site / "intent.yaml", "--state-dir", tmp_path / "state", "--auto-approve")
     msg = assert_one_error(res)

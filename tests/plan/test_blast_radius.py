@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clihelp import copy_example, run_main, snapshot, write_slurm_conf
+from clihelp import EXAMPLES_DIR, copy_example, run_main, snapshot, write_slurm_conf
 from fakeslurm import fake_slurm_bin
 from kubehelp import PREFIX, custom, get_node, hosts_of, node, writes
 
@@ -382,9 +382,9 @@ def test_a_broken_report_fails_the_run_before_anything_is_compared(site):
 
 def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, tmp_path):
     """The same against a real slurmctld 24.11 (the test bed; skipped where it is not built)."""
-    from test_slurm_live import Live, _copy_example, _set_health, _writes
+    from slurmbed import Live, set_health, slurm_writes
 
-    intent = _copy_example("rack-cliques", tmp_path)  # one rack of 18; gb-r02-n05 reports Unhealthy
+    intent = copy_example("rack-cliques", tmp_path / "rack-cliques")  # one rack of 18; gb-r02-n05 reports Unhealthy
     intent.write_text(intent.read_text().replace("    minHealthyShare: 0.75\n",
                                                  "    minHealthyShare: 0.75\n    drainAfterPasses: 1\n"))
     live = Live(slurm_bed("gb-r02-n[01-18]"), tmp_path, intent)
@@ -393,7 +393,7 @@ def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, tmp_path):
     assert "DRAIN" in live.bed.node_state("gb-r02-n05")[0]
     live.calls()
 
-    _set_health(intent, "gb-r02-n14", healthy=False)  # one more, in the other slice: 2 of 18 (11.1%)
+    set_health(intent, "gb-r02-n14", healthy=False)  # one more, in the other slice: 2 of 18 (11.1%)
     res = live.run("plan")
     assert res.rc == 1, res
     assert ("error: [blast-radius] the plan drains 1 trays in Slurm (gb-r02-n14): rackctl would then hold 2 of 18 "
@@ -401,12 +401,12 @@ def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, tmp_path):
             "policy.blastRadius.maxDrainedShare 0.1 (10%)") in res.out
     res = live.run("apply", "--allow-stale-inventory")
     assert res.rc == 1 and "nothing was applied" in res.err, res
-    assert _writes(live.calls()) == []
+    assert slurm_writes(live.calls()) == []
     assert "DRAIN" not in live.bed.node_state("gb-r02-n14")[0]
 
     res = live.run("apply", "--allow-stale-inventory", "--allow-destructive")
     assert res.rc == 0, res
-    assert _writes(live.calls()) == ["scontrol update nodename=gb-r02-n14 state=DRAIN reason=rackctl: unhealthy"]
+    assert slurm_writes(live.calls()) == ["scontrol update nodename=gb-r02-n14 state=DRAIN reason=rackctl: unhealthy"]
     assert live.bed.node_state("gb-r02-n14")[1] == "rackctl: unhealthy"
 
 
@@ -416,10 +416,9 @@ def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, tmp_path):
 def _kube_example(kube, tmp: Path, *, edit=None) -> tuple[Path, list]:
     """The dc1-gb200-kubernetes example with its inventory copied into ``tmp`` (``edit(doc)``
     changes the intent), a Node registered for each tray, and the common CLI arguments."""
-    src = Path(__file__).resolve().parents[1] / "examples"
     inventory = tmp / "inventory"
-    shutil.copytree(src / "dc1-gb200" / "inventory", inventory)
-    doc = yaml.safe_load((src / "dc1-gb200-kubernetes" / "intent.yaml").read_text())
+    shutil.copytree(EXAMPLES_DIR / "dc1-gb200" / "inventory", inventory)
+    doc = yaml.safe_load((EXAMPLES_DIR / "dc1-gb200-kubernetes" / "intent.yaml").read_text())
     doc["inventory"]["path"] = str(inventory)
     if edit is not None:
         edit(doc)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from clihelp import TESTS
 from hypothesis import given, settings, strategies as st
 
 from reconciler.errors import InputError
 from reconciler.text.hostlist import (MAX_HOSTS, MAX_HOSTS_PER_ANSWER, Expander, TooManyHosts, compress, expand,
                                       natural_key)
 
-CASES_FILE = Path(__file__).parent / "data" / "hostlist_scontrol_cases.json"
+CASES_FILE = TESTS / "data" / "hostlist_scontrol_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"]
 
 
