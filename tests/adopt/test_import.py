@@ -435,6 +435,7 @@ def test_bad_input_is_one_error_and_nothing_is_written(tmp_path, capsys):
     assert "a directory is in the way" in assert_one_error(_import(capsys, cfg, inventory, out))
 
 
+@pytest.mark.e2e
 def test_import_in_a_real_subprocess_exit_codes_and_help(tmp_path):
     res = rackctl("import", "--help")
     assert res.rc == 0 and "exit codes:" in res.out and "--select" in res.out, res

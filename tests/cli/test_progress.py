@@ -113,6 +113,7 @@ def test_a_hidden_bar_gives_no_callback_and_a_shown_one_ends_at_total(monkeypatc
 
 # ---- the CLI: nothing on a pipe, a bar on a terminal ------------------------------------------------
 
+@pytest.mark.e2e
 def test_nothing_on_stderr_when_it_is_not_a_terminal(tmp_path, capsys):
     res = run_main(capsys, "plan", "-f", INTENT, "--offline", "--state-dir", tmp_path / "s", "--format", "json")
     assert res.rc == 2 and res.err == "", res
@@ -155,6 +156,7 @@ def _on_a_terminal(*args: object, env: dict[str, str] | None = None) -> tuple[in
     return rc, out, tty.decode(errors="replace")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("hide", [None, "after", "before", "env"])
 def test_the_bar_is_drawn_on_a_terminal_unless_turned_off(tmp_path, hide):
     argv: list[object] = ["plan", "-f", INTENT, "--offline", "--state-dir", tmp_path / "s", "--format", "json"]
@@ -176,6 +178,7 @@ def test_the_bar_is_drawn_on_a_terminal_unless_turned_off(tmp_path, hide):
         assert tty == "", tty
 
 
+@pytest.mark.e2e
 def test_no_progress_is_accepted_by_every_command():
     for argv in (["--no-progress", "validate", "-f", INTENT], ["validate", "-f", INTENT, "--no-progress"]):
         assert rackctl(*argv).rc == 0
@@ -183,6 +186,7 @@ def test_no_progress_is_accepted_by_every_command():
     assert "--no-progress" in res.out and progress.ENV_NO_PROGRESS in " ".join(res.out.split())
 
 
+@pytest.mark.e2e
 def test_the_written_inventory_is_the_same_with_a_bar(tmp_path):
     rc, _, tty = _on_a_terminal("simulate", "--racks", "3", "--out-dir", tmp_path / "a")
     assert rc == 0 and "writing NodeReports" in tty, tty

@@ -137,6 +137,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 # ---- one pass ------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     site = Site(tmp_path)
     expected = planned_kinds(site)
@@ -168,6 +169,7 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rackctl.prom")]  # no temp file left
 
 
+@pytest.mark.e2e
 def test_fail_on_drift_exits_2_and_a_clean_pass_0(tmp_path):
     site = Site(tmp_path)
     res = site.run("--fail-on-drift")
@@ -179,6 +181,7 @@ def test_fail_on_drift_exits_2_and_a_clean_pass_0(tmp_path):
     assert [p["result"] for p in site.passes()] == ["drift", "changed", "ok"]
 
 
+@pytest.mark.e2e
 def test_apply_mode_applies_and_a_second_pass_is_ok_with_no_changes(tmp_path):
     site = Site(tmp_path)
     expected = planned_kinds(site)
@@ -205,6 +208,7 @@ def test_apply_mode_applies_and_a_second_pass_is_ok_with_no_changes(tmp_path):
     assert rackctl("plan", "-f", site.intent, "--state-dir", site.state, cwd=site.tmp).rc == 0
 
 
+@pytest.mark.e2e
 def test_a_failed_pass_exits_1_and_is_recorded_with_its_error(tmp_path):
     site = Site(tmp_path)
     assert site.run("--mode", "apply", "--no-reload", "--metrics-textfile", site.prom).rc == 0
@@ -223,6 +227,7 @@ def test_a_failed_pass_exits_1_and_is_recorded_with_its_error(tmp_path):
     assert m[("rackctl_reconcile_last_success_timestamp_seconds", ())] == pytest.approx(good, abs=0.01)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("break_it", ["inventory-gone", "inventory-garbled"])
 def test_a_failed_pass_records_the_message_the_cli_prints(tmp_path, break_it):
     site = Site(tmp_path)
@@ -281,6 +286,7 @@ def _winner_finishes(site, winner) -> None:
     assert winner.wait(timeout=60) == 0, winner.stderr.read()
 
 
+@pytest.mark.e2e
 def test_two_passes_started_together_never_overlap(tmp_path):
     site = Site(tmp_path, waiting_reload=True)
     a, b = site.start("--mode", "apply"), site.start("--mode", "apply")
@@ -405,6 +411,7 @@ def test_a_held_lease_fails_the_pass_at_once_and_a_lapsed_one_is_taken_over(tmp_
     assert parse_time(micro_time(spec["renew_time"])) >= parse_time(micro_time(spec["acquire_time"]))
 
 
+@pytest.mark.e2e
 def test_the_history_keeps_the_newest_200_passes(tmp_path):
     site = Site(tmp_path)
     old = [{"start": f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}.000Z", "duration_s": 1.0, "mode": "plan-only",
@@ -422,6 +429,7 @@ def test_the_history_keeps_the_newest_200_passes(tmp_path):
 
 # ---- the loop ------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_sigterm_ends_the_loop_after_the_pass_under_way(tmp_path):
     site = Site(tmp_path, waiting_reload=True)
     proc = site.start("--mode", "apply", "--interval", "1h", "--log-format", "json")
@@ -448,6 +456,7 @@ def test_sigterm_ends_the_loop_after_the_pass_under_way(tmp_path):
     assert all((site.cfg / name).is_file() for name in MANAGED)
 
 
+@pytest.mark.e2e
 def test_the_metrics_endpoint_serves_on_loopback_and_stops_with_the_process(tmp_path):
     site = Site(tmp_path)
     proc = site.start("--interval", "1h", "--metrics-port", "0", "--log-format", "json")
@@ -479,6 +488,7 @@ def test_the_metrics_endpoint_serves_on_loopback_and_stops_with_the_process(tmp_
 
 # ---- history -------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_history_in_text_json_and_yaml(tmp_path, capsys):
     site = Site(tmp_path)
     for extra in ([], ["--mode", "apply", "--no-reload"], ["--mode", "apply", "--no-reload"]):
@@ -498,6 +508,7 @@ def test_history_in_text_json_and_yaml(tmp_path, capsys):
     assert yaml.safe_load(res.out)["passes"] == site.passes()[-1:]
 
 
+@pytest.mark.e2e
 def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
     site = Site(tmp_path)
     base = ["history", "-f", site.intent, "--state-dir", site.state]
@@ -514,6 +525,7 @@ def test_history_of_a_cluster_without_passes_and_a_malformed_one(tmp_path):
 
 # ---- bad input -----------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("extra, words", [
     (["--interval", "10x"], "--interval: '10x' is not a duration"),
     (["--interval", "0"], "--interval: '0' is no time"),
@@ -536,6 +548,7 @@ def test_bad_arguments_are_one_clear_error(tmp_path, capsys, monkeypatch, extra,
     assert not site.state.exists()
 
 
+@pytest.mark.e2e
 def test_a_bad_lease_is_one_line_from_the_real_cli(tmp_path):
     site = Site(tmp_path)
     res = site.run("--lease", "rackctl")
@@ -544,6 +557,7 @@ def test_a_bad_lease_is_one_line_from_the_real_cli(tmp_path):
     assert not site.state.exists()
 
 
+@pytest.mark.e2e
 def test_a_missing_intent_is_one_clear_error_and_records_nothing(tmp_path):
     msg = assert_one_error(rackctl("reconcile", "-f", tmp_path / "nope.yaml", "--state-dir", tmp_path / "state",
                                    "--interval", "10m"))

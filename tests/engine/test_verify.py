@@ -277,6 +277,7 @@ def test_notes_name_live_blocks_that_differ():
 # ---- the command line, without a controller
 
 
+@pytest.mark.e2e
 def test_cli_without_slurm_client_is_one_clear_error(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(EXAMPLES_DIR / "two-racks-whole", site)
@@ -289,6 +290,7 @@ def test_cli_without_slurm_client_is_one_clear_error(tmp_path):
     assert "Slurm client" in doc["error"]
 
 
+@pytest.mark.e2e
 def test_cli_bad_input(tmp_path):
     err = assert_one_error(rackctl("verify", "slurm", "-f", tmp_path / "nope.yaml"))
     assert "nope.yaml" in err
@@ -300,6 +302,7 @@ def test_cli_bad_input(tmp_path):
     assert re.search(r"--file: an empty value", err)
 
 
+@pytest.mark.e2e
 def test_cli_help_documents_probes_and_exit_codes():
     res = rackctl("verify", "slurm", "--help")
     assert res.rc == 0

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from clihelp import ROOT
+
+pytestmark = pytest.mark.e2e  # every test runs commands whose children hold their pipes
 
 # Runs boundedrun.run in a process of its own, so that a hang fails the test (the guard below)
 # instead of stopping the suite; prints what run returned or raised, and the child's PID.

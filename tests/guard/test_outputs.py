@@ -11,6 +11,8 @@ import pytest
 
 from clihelp import EXAMPLES_DIR, GOOD_CAPTURE, assert_one_error, rackctl
 
+pytestmark = pytest.mark.e2e  # every test runs the rackctl CLI in a subprocess
+
 EXAMPLE = EXAMPLES_DIR / "rack-cliques"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from clihelp import EXAMPLES_DIR, assert_one_error, rackctl, snapshot
 
+pytestmark = pytest.mark.e2e  # every test runs the rackctl CLI in a subprocess
+
 EXAMPLE = EXAMPLES_DIR / "dc1-gb200-kubernetes" / "intent.yaml"
 
 # Kubernetes only: the tiers have no slurm section, which is fine while the Slurm target is off.

@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from clihelp import ROOT
+
+pytestmark = pytest.mark.e2e  # every test runs `rackctl collect slurm` in a subprocess
 
 SRUN = r'''#!{python}
 import json, sys

@@ -208,6 +208,7 @@ def test_no_node_reports_is_an_error_and_writes_nothing(capsys, fake_slurm, tmp_
     assert not out.exists()
 
 
+@pytest.mark.e2e
 def test_srun_missing_is_a_clear_error(tmp_path):
     env_path = tmp_path / "empty-bin"
     env_path.mkdir()

@@ -11,6 +11,8 @@ import pytest
 
 from clihelp import EXAMPLES_DIR, rackctl
 
+pytestmark = pytest.mark.e2e  # every test runs the rackctl CLI in a subprocess
+
 
 def _stamp(delta: dt.timedelta) -> str:
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)

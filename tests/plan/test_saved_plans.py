@@ -106,6 +106,7 @@ def test_a_plan_with_no_changes_applies_as_no_changes(site, capsys):
     assert snapshot(site.cfg) == before["cfg"]
 
 
+@pytest.mark.e2e
 def test_a_real_subprocess_exits_1_with_one_error_when_stale(site, capsys):
     assert site.plan(capsys).rc == 2
     (site.cfg / "topology.conf").write_text("# made by hand\n")
@@ -428,6 +429,7 @@ def test_a_config_dir_the_plan_found_missing_is_refused_by_apply_and_not_created
     assert not site.cfg.exists()
 
 
+@pytest.mark.e2e
 def test_help_says_how_plan_combines():
     res = rackctl("apply", "--help")
     assert res.rc == 0, res

@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 from clihelp import EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main
 from kubehelp import example_on, node
@@ -70,6 +71,7 @@ def test_status_yaml_is_the_same_document(tmp_path, capsys):
     assert yaml.safe_load(res.out) == status_json(capsys, *args)
 
 
+@pytest.mark.e2e
 def test_status_text_table_has_a_row_per_rack_and_the_totals(tmp_path):
     res = rackctl("status", "-f", intent_of("dc1-gb200"), "--state-dir", tmp_path / "state")
     assert res.rc == 0 and res.err == "", res
@@ -107,6 +109,7 @@ def test_status_counts_drift_by_rack_and_cluster_wide(tmp_path, capsys):
     assert "drift: slurm/block/r02-c2" in page.tray("gb-r02-n10")["title"]
 
 
+@pytest.mark.e2e
 def test_status_exits_1_on_error_diagnostics_and_bad_input(tmp_path, capsys):
     intent = evil_fleet(tmp_path)
     intent.write_text(intent.read_text().replace('hosts: "gb-r03-n[01-18]"', 'chassisSerial: "1823825185529"'))
@@ -160,6 +163,7 @@ def test_report_escapes_text_from_the_inventory(tmp_path, capsys):
     assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in res.out
 
 
+@pytest.mark.e2e
 def test_report_is_self_contained_deterministic_and_written_atomically(tmp_path):
     out = tmp_path / "report.html"
     args = ("report", "-f", intent_of("rack-cliques"), "--state-dir", tmp_path / "state")
@@ -176,6 +180,7 @@ def test_report_is_self_contained_deterministic_and_written_atomically(tmp_path)
     assert "default-src 'none'" in text
 
 
+@pytest.mark.e2e
 def test_report_exits_1_on_error_diagnostics_but_writes_the_page(tmp_path):
     intent = evil_fleet(tmp_path)
     intent.write_text(intent.read_text().replace('hosts: "gb-r03-n[01-18]"', 'chassisSerial: "1823825185529"'))
@@ -190,6 +195,7 @@ def test_report_exits_1_on_error_diagnostics_but_writes_the_page(tmp_path):
     assert "slice-short" in out.read_text()
 
 
+@pytest.mark.e2e
 def test_a_fleet_page_is_compact_and_linear_in_trays(tmp_path):
     sizes = {}
     for racks in (COMPACT_RACKS + 1, 2 * (COMPACT_RACKS + 1)):

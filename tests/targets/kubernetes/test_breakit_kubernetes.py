@@ -47,6 +47,7 @@ class Endless(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+@pytest.mark.e2e
 def test_collect_kubernetes_against_an_endless_node_list_ends(tmp_path):
     """At a few hundred pages a second the cap on the items (150,000) takes minutes to reach:
     the pass's deadline (--timeout, here 5 s) ends the list first."""
@@ -150,6 +151,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
     do_PATCH = do_GET
 
 
+@pytest.mark.e2e
 def test_a_server_quoting_the_bare_token_never_gets_it_printed(tmp_path):
     server, url = serve(Echo)
     try:
@@ -231,6 +233,7 @@ class Deep(http.server.BaseHTTPRequestHandler):
         self.wfile.write(self.body)
 
 
+@pytest.mark.e2e
 def test_a_deeply_nested_error_body_is_one_error_not_an_internal_error(tmp_path):
     """targets.kubernetes.request_error and _status_doc caught ValueError but not RecursionError:
     such a body now is no Status, and the error quotes the HTTP status and reason only."""

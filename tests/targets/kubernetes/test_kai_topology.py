@@ -123,6 +123,7 @@ def test_only_a_change_of_node_labels_is_a_replace():
     assert "immutable" in renderer.replaced(obj, {"spec": {"levels": "junk"}})
 
 
+@pytest.mark.e2e
 def test_served_it_is_applied_then_nothing(kai_kube, tmp_path, capsys):
     intent, args = example_on(kai_kube, tmp_path)
     doc = plan_json(capsys, *args)
@@ -140,6 +141,7 @@ def test_served_it_is_applied_then_nothing(kai_kube, tmp_path, capsys):
     assert writes(kai_kube) == []
 
 
+@pytest.mark.e2e
 def test_never_leaves_a_served_topology_unrendered(kai_kube, tmp_path, capsys):
     intent, args = example_on(kai_kube, tmp_path)
     with_kai(intent, topology="never")
@@ -164,6 +166,7 @@ def test_not_served_and_not_asked_it_is_not_rendered(kube, tmp_path, capsys):
     assert not [d for d in doc["diagnostics"] if d["severity"] == "error"]
 
 
+@pytest.mark.e2e
 def test_levels_edited_outside_rackctl_are_restored_by_one_replace(kai_kube, tmp_path, capsys):
     from kubernetes import client
 
@@ -210,6 +213,7 @@ def test_levels_edited_outside_rackctl_are_restored_by_one_replace(kai_kube, tmp
     assert "No changes" in run_main(capsys, "apply", *args, "--auto-approve").out
 
 
+@pytest.mark.e2e
 def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_path, capsys):
     intent, args = example_on(kai_kube, tmp_path)
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0
@@ -229,6 +233,7 @@ def test_a_replace_cut_off_after_its_delete_is_created_next_time(kai_kube, tmp_p
     assert kai_topology(kai_kube)["spec"] == yaml.safe_load((GOLDEN / "topology.yaml").read_text())["spec"]
 
 
+@pytest.mark.e2e
 def test_an_offline_plan_after_an_online_apply_leaves_it_alone(kai_kube, tmp_path, capsys):
     """Offline, ``auto`` renders no KAI Topology; the one the record holds is not pruned for it
     (a kind not rendered is not pruned, as online)."""
@@ -241,6 +246,7 @@ def test_an_offline_plan_after_an_online_apply_leaves_it_alone(kai_kube, tmp_pat
     assert [c for c in doc["changes"] if "kai.scheduler" in c["address"]] == []
 
 
+@pytest.mark.e2e
 def test_a_replace_whose_delete_answer_is_lost_is_not_taken_for_drift(kai_kube, tmp_path, capsys):
     intent, args = example_on(kai_kube, tmp_path)
     assert run_main(capsys, "apply", *args, "--auto-approve").rc == 0

@@ -8,6 +8,7 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
 import yaml
 from clihelp import EXAMPLES_DIR, rackctl, run_main
 from fakekube import CRD_DIR, FakeKube
@@ -185,6 +186,7 @@ def test_conflict_is_reported_unless_forced(kube, cluster, capsys):
     assert custom(kube, "resourceflavors", "gb200-dev")["spec"]["topologyName"] == "dc1-gb200"
 
 
+@pytest.mark.e2e
 def test_kueue_not_installed_is_a_clear_error(tmp_path, capsys):
     server = FakeKube(tmp_path / "kube", crds=[])
     try:
@@ -197,6 +199,7 @@ def test_kueue_not_installed_is_a_clear_error(tmp_path, capsys):
         server.stop()
 
 
+@pytest.mark.e2e
 def test_kueue_013_gets_v1alpha1_topology(tmp_path, capsys):
     server = FakeKube(tmp_path / "kube", crds=[CRD_DIR / "kueue-v1alpha1-topology.yaml"])
     try:

@@ -26,6 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from kubehelp import contract_backend
 from fakekube import CRD_DIR, FakeKube, FakeKubeError, running
 
+pytestmark = pytest.mark.e2e  # every test talks to the fake API server (or a real one)
+
 E2E_KUBECONFIG = os.environ.get("RACKCTL_E2E_KUBECONFIG")
 KUEUE = "kueue.x-k8s.io"
 DRA = "resource.nvidia.com"

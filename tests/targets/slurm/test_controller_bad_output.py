@@ -15,6 +15,7 @@ from reconciler.errors import TargetError
 from reconciler.targets.slurm import controller as sc
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("doc, why", [
     ('{"nodes": [{"name": 5, "state": ["IDLE"]}]}', "'name' is 5; expected text"),
     ('{"nodes": [{"name": "gb-r01-n01", "state": 5}]}', "'state' is 5; expected a list of state flags"),
@@ -67,6 +68,7 @@ def test_show_config_lists_every_script_setting():
     assert cfg == {"Prolog": "site.sh,rackctl-imex-prolog.sh", "PrologFlags": "Alloc"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("record, why", [
     ({"unhealthy": {"n1": {"since": "yesterday", "passes": 1}}, "healthySince": {}}, "not an RFC 3339 UTC time"),
     ({"unhealthy": {"n1": {"since": "2026-11-30T08:00:00", "passes": 1}}, "healthySince": {}}, "RFC 3339 UTC"),
@@ -83,6 +85,7 @@ def test_a_damaged_health_history_is_one_clear_error(tmp_path, record, why):
     assert "health.json: unreadable health history" in msg and why in msg
 
 
+@pytest.mark.e2e
 def test_a_damaged_imex_address_in_the_apply_record_is_one_clear_error(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(ROOT / "examples" / "two-racks-whole", site)
@@ -97,6 +100,7 @@ def test_a_damaged_imex_address_in_the_apply_record_is_one_clear_error(tmp_path)
     assert "malformed apply record" in msg and "is not an IP address" in msg
 
 
+@pytest.mark.e2e
 def test_per_job_imex_refuses_a_config_dir_path_slurm_cannot_hold(tmp_path):
     cfg = tmp_path / "slurm dir"
     shutil.copytree(ROOT / "examples" / "two-racks-whole" / "slurm", cfg)
@@ -105,6 +109,7 @@ def test_per_job_imex_refuses_a_config_dir_path_slurm_cannot_hold(tmp_path):
     assert "targets.slurm.configDir" in msg and "cannot hold spaces or shell characters" in msg
 
 
+@pytest.mark.e2e
 def test_ready_timeout_out_of_bounds_and_drain_first_offline(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(ROOT / "examples" / "two-racks-whole", site)

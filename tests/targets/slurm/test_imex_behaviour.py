@@ -22,6 +22,8 @@ from reconciler.intent.model import ImexSettings
 from reconciler.targets.slurm.desired import ImexNode
 from reconciler.targets.slurm.imex_scripts import EPILOG, PROLOG, PROLOG_SLURMCTLD, render_imex_scripts
 
+pytestmark = pytest.mark.e2e  # every test runs the scripts in bash, with fake daemons
+
 UUID = "4f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
 ADDRESSES_N01_N04 = "10.0.1.1\n10.0.1.2\n10.0.1.3\n10.0.1.4\n"
 

@@ -11,6 +11,8 @@ from clihelp import ROOT, rackctl
 
 from reconciler.state.statedir import digest
 
+pytestmark = pytest.mark.e2e  # every test runs the rackctl CLI in a subprocess
+
 
 @pytest.fixture
 def site(tmp_path):

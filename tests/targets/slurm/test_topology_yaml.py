@@ -113,6 +113,7 @@ def _rendered(tmp_path: Path) -> list[dict]:
     return yaml.safe_load((work / "slurm" / "topology.yaml").read_text())
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("example", MAN_EXAMPLES)
 def test_rendered_topology_yaml_has_the_shape_of_the_man_page_example(example, fixtures_dir, tmp_path):
     man = yaml.safe_load((fixtures_dir / "anchors" / "slurm" / example).read_text())
@@ -291,6 +292,7 @@ def _errors(work: Path, tmp_path: Path) -> list[dict]:
     return [d for d in json.loads(res.out)["diagnostics"] if d["severity"] == "error"]
 
 
+@pytest.mark.e2e
 def test_a_stray_topology_conf_next_to_topology_yaml_is_an_error(tmp_path):
     work = _golden_copy(tmp_path)
     (work / "slurm" / "topology.conf").write_text("BlockName=old Nodes=gb-r01-n[01-18]\nBlockSizes=18\n")
@@ -307,6 +309,7 @@ def test_a_stray_topology_conf_next_to_topology_yaml_is_an_error(tmp_path):
     assert (work / "slurm" / "topology.yaml").read_bytes() == (GOLDEN / "slurm" / "topology.yaml").read_bytes()
 
 
+@pytest.mark.e2e
 def test_a_stray_topology_yaml_next_to_topology_conf_on_25_05_is_an_error(tmp_path):
     work = _golden_copy(tmp_path)
     text = (work / "intent.yaml").read_text()
