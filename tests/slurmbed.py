@@ -99,6 +99,16 @@ class SlurmBed:
     def ping(self) -> bool:
         return "is UP" in self.run("scontrol", "ping", check=False).stdout
 
+    def wait_up(self, timeout_s: float = 60) -> bool:
+        """Poll ``ping`` until the controller answers (True) or ``timeout_s`` passes: 24.11's
+        ``scontrol reconfigure`` restarts slurmctld, and returns before the new one answers."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ping():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
     def stop(self) -> None:
         self._script("stop", str(self.dir))
         left = self.processes()

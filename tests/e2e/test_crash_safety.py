@@ -470,6 +470,7 @@ def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, tmp_
     intent.write_text(BED_INTENT.format(**BED_NEW))
     killed = run("apply", {KILL_ENV: label})
     assert killed.rc == -signal.SIGKILL, killed
+    assert bed.wait_up()  # killed before its own wait for the restarted controller (a busy machine's race)
     loaded_new = label == "after-reload"
     assert blocks() == [("a01-s0", BED_NEW["s0"] if loaded_new else BED_OLD["s0"]),
                         ("a01-s1", BED_NEW["s1"] if loaded_new else BED_OLD["s1"])]

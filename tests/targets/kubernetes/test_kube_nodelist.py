@@ -94,9 +94,9 @@ def test_cancel_stops_a_child_waiting_on_a_silent_server(kube, tmp_path):
         listing = nodelist.start(str(_silent_kubeconfig(kube, tmp_path, silent)), None, PREFIX, CORDON)
         time.sleep(1.0)  # the child has started and sent its list request
         assert listing._proc.poll() is None
-        began = time.monotonic()
         listing.cancel()
-        assert listing._proc.poll() is not None and time.monotonic() - began < 3
+        # It exited at its stdin's end, at once: not SIGKILLed after cancel's 2 s wait.
+        assert listing._proc.returncode == 0
         listing.cancel()  # twice is harmless
     finally:
         silent.close()
@@ -214,20 +214,21 @@ def test_a_fleet_sized_plan_is_the_plan_made_with_a_thread(cluster, capsys, monk
     assert json.loads(in_child.out)["kubernetes"]["labelledNodes"] == 54
 
 
-def test_an_inventory_error_comes_first_and_stops_the_child(cluster, kube, tmp_path, capsys, children):
+def test_an_inventory_error_comes_first_and_stops_the_child(cluster, kube, tmp_path, capsys, children, monkeypatch):
     intent, _ = cluster
+    waited = []  # the pass never waits for the Nodes (a silent server would keep it to its --timeout)
+    monkeypatch.setattr(nodelist.NodeListing, "result", lambda self: waited.append(self))
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
         broken = tmp_path / "inventory.json"
         broken.write_text('{"schemaVersion": 1, "nodes": [\n')
-        began = time.monotonic()
         res = run_main(capsys, "plan", "-f", intent, "--kubeconfig", _silent_kubeconfig(kube, tmp_path, silent),
                        "--state-dir", tmp_path / "state", "--inventory", broken)
-        assert time.monotonic() - began < 20
     finally:
         silent.close()
     assert (res.rc, res.out) == (1, "")
     assert res.err.endswith("inventory.json:2: invalid JSON: Expecting value (column 1)\n")
-    assert len(children) == 1 and children[0]._proc.poll() is not None
+    assert len(children) == 1 and waited == []
+    assert children[0]._proc.returncode == 0  # stopped by its cue, at once, not SIGKILLed

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -131,13 +131,11 @@ def test_prolog_starts_imex_and_waits_for_ready(scripts, nodes):
     nodelist = "gb-r01-n03,gb-r01-n[01-02],gb-r01-n04"
     n01, n03 = nodes("gb-r01-n01"), nodes("gb-r01-n03")
     for node in (n01, n03):
-        start = time.monotonic()
         result = run(folder / PROLOG, node.env(21, nodelist, node.root.name, RACKCTL_FAKE_READY_AFTER="3"))
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""
         assert f"nvidia-imex ready on {node.root.name}" in result.stdout
         assert node.polls(21) == 3  # READY on the third query, and not asked again
-        assert time.monotonic() - start < 10
         job_dir = node.state / "job-21"
         assert (job_dir / "nodes_config.cfg").read_text() == ADDRESSES_N01_N04
         pid = daemon_pid(node, 21)
@@ -184,13 +182,11 @@ def test_prolog_on_trays_addressed_by_name_and_ipv6(scripts, nodes):
 
 def test_prolog_readiness_timeout_fails_within_the_bound(scripts, nodes):
     node = nodes("gb-r01-n01")
-    start = time.monotonic()
     result = run(scripts(ready_timeout_s=2) / PROLOG,
                  node.env(31, "gb-r01-n[01-04]", "gb-r01-n01", RACKCTL_FAKE_READY_AFTER="never"))
-    elapsed = time.monotonic() - start
     assert result.returncode == 1
-    assert 2 <= elapsed < 6, elapsed
-    assert node.polls(31) >= 2
+    # Gave up at the bound: a query starts only before the deadline, and 0.5 s apart at least.
+    assert 2 <= node.polls(31) <= 2 / 0.5
     lines = result.stderr.splitlines()
     assert lines[0] == (f"rackctl-imex-prolog.sh: job 31: nvidia-imex was not READY within 2s "
                         f"({node.polls(31)} queries of nvidia-imex-ctl -q)")
@@ -208,12 +204,13 @@ def test_prolog_readiness_timeout_fails_within_the_bound(scripts, nodes):
 
 def test_prolog_fails_fast_when_the_daemon_crashes(scripts, nodes):
     node = nodes("gb-r01-n02")
-    start = time.monotonic()
     result = run(scripts(ready_timeout_s=30) / PROLOG,
                  node.env(32, "gb-r01-n[01-04]", "gb-r01-n02", RACKCTL_FAKE_IMEX="crash"))
     assert result.returncode == 1
-    assert time.monotonic() - start < 5  # not the 30 s timeout
-    assert result.stderr.startswith("rackctl-imex-prolog.sh: job 32: nvidia-imex exited before it was READY")
+    # Seen at the next check, not after the 30 s timeout (its 60 queries, 0.5 s apart).
+    assert result.stderr.startswith("rackctl-imex-prolog.sh: job 32: nvidia-imex exited before it was READY "
+                                    f"(after {node.polls(32)} queries)")
+    assert node.polls(32) < 30 / 0.5
     assert ("[ERROR] No matching network interface found for any IP addresses in the node configuration file"
             in result.stderr.splitlines())
     result = run(scripts(ready_timeout_s=30) / EPILOG, node.env(32, "gb-r01-n[01-04]", "gb-r01-n02"))
@@ -300,10 +297,10 @@ def test_epilog_kills_a_daemon_that_ignores_sigterm(scripts, nodes):
     env = node.env(56, "gb-r01-n[01-04]", "gb-r01-n01", RACKCTL_FAKE_IMEX="ignore-term", RACKCTL_IMEX_STOP_TIMEOUT_S="1")
     assert run(scripts() / PROLOG, env).returncode == 0
     pid = daemon_pid(node, 56)
-    start = time.monotonic()
     result = run(scripts() / EPILOG, env)
     assert (result.returncode, result.stderr) == (0, "")
-    assert 1 <= time.monotonic() - start < 5
+    # SIGTERM first (the daemon lived to record it, and ran on); then only SIGKILL could end it.
+    assert [e for _, e in node.events()][-1:] == ["term"]
     assert not running(pid) and not (node.state / "job-56").exists()
 
 
@@ -330,17 +327,20 @@ def test_epilog_on_a_node_that_never_ran_a_prolog(scripts, nodes):
     assert not node.state.exists()
 
 
-def test_lookups_stay_fast_on_a_2000_rack_map(scripts, nodes, tmp_path):
-    """36,000 trays: each script reads its map once (no subprocess per host)."""
+def test_lookups_on_a_2000_rack_map_run_no_command_per_host(scripts, nodes, tmp_path):
+    """36,000 trays: each script reads its map once, in bash, and runs the commands a 1-rack map
+    needs, no more (the time it takes is benchmarks/bench_imex.py's)."""
     fleet = [ImexNode(f"gb-r{r:04d}-n{n:02d}", f"10.{r // 250}.{r % 250}.{n}", f"{UUID[:-4]}{r:04d}.1", f"r{r:04d}")
              for r in range(2000) for n in range(1, 19)]
     folder = scripts(nodes=fleet)
     node = nodes("gb-r1999-n18")
-    start = time.monotonic()
     result = run(folder / PROLOG_SLURMCTLD, node.env(61, "gb-r1998-n[01-18],gb-r1999-n[01-18]"))
     assert result.returncode == 1
     assert f"{UUID[:-4]}1998.1: gb-r1998-n[01-18]; {UUID[:-4]}1999.1: gb-r1999-n[01-18]" in result.stderr
     result = run(folder / PROLOG, node.env(61, "gb-r1999-n[01-18]", "gb-r1999-n18"))
     assert result.returncode == 0, result.stderr
     assert (node.state / "job-61/nodes_config.cfg").read_text() == "".join(f"10.7.249.{n}\n" for n in range(1, 19))
-    assert time.monotonic() - start < 10
+    # The slurmctld prolog: show hostnames, show hostlistsorted for each of the 2 cliques it names,
+    # update (the refusal); the prolog: show hostnames, the service check, the daemon, its queries.
+    calls = Counter(c.split()[0] for c in node.calls())
+    assert calls == {"scontrol": 5, "systemctl": 1, "nvidia-imex": 1, "nvidia-imex-ctl": node.polls(61)}
