@@ -143,7 +143,9 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     expected = planned_kinds(site)
     assert expected["file"] == len(MANAGED)  # topology, include file, three IMEX scripts: all to create
     before = snapshot(site.cfg)
+    started = time.time()
     res = site.run("--metrics-textfile", site.prom, "--log-format", "json")
+    finished = time.time()
     assert res.rc == 0, res
     assert "Plan:" in res.out  # the plan is shown on standard output
     assert snapshot(site.cfg) == before  # plan-only writes nothing into the config dir
@@ -151,7 +153,7 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     assert entry["mode"] == "plan-only" and entry["result"] == "drift" and entry["error"] is None
     assert entry["changes"] == expected and entry["drift"] == 0
     assert entry["intent_digest"] == "sha256:" + hashlib.sha256(site.intent.read_bytes()).hexdigest()
-    assert 0 < entry["duration_s"] < 30
+    assert 0 < entry["duration_s"] <= finished - started  # the pass, timed inside the process that ran it
     start, result = events(res.err)
     assert (start["event"], start["cluster"], start["mode"]) == ("pass-start", CLUSTER, "plan-only")
     assert (result["event"], result["level"], result["result"], result["changes"]) == \
@@ -165,7 +167,7 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     assert m[("rackctl_reconcile_changes_applied_total", (("kind", "file"),))] == 0
     assert m[("rackctl_trays_drained", (("target", "slurm"),))] == 0
     assert m[("rackctl_reconcile_duration_seconds", ())] == pytest.approx(entry["duration_s"], abs=0.01)
-    assert abs(m[("rackctl_reconcile_last_success_timestamp_seconds", ())] - time.time()) < 60
+    assert started <= m[("rackctl_reconcile_last_success_timestamp_seconds", ())] <= finished
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rackctl.prom")]  # no temp file left
 
 
@@ -401,13 +403,15 @@ def test_a_held_lease_fails_the_pass_at_once_and_a_lapsed_one_is_taken_over(tmp_
     assert lease_of(kube) == held  # untouched
 
     seed_lease(kube, "rackctl reconcile, PID 7 on pod-a", renewed_s_ago=301, transitions=2)  # pod-a was killed
+    started = time.time()
     res = site.run(*args)
+    finished = time.time()
     assert res.rc == 0, res
     [entry] = site.passes()
     assert (entry["result"], entry["error"]) == ("drift", None)
     spec = lease_of(kube)
     assert (spec["holder_identity"], spec["lease_transitions"]) == ("", 3)  # taken over, then released
-    assert abs(spec["acquire_time"].timestamp() - time.time()) < 60
+    assert started <= spec["acquire_time"].timestamp() <= finished
     assert parse_time(micro_time(spec["renew_time"])) >= parse_time(micro_time(spec["acquire_time"]))
 
 
