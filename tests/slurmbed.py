@@ -111,7 +111,11 @@ class SlurmBed:
 
     def stop(self) -> None:
         self._script("stop", str(self.dir))
-        left = self.processes()
+        # The script signals the namespace holder and does not wait for it: a loaded machine may
+        # still show it for a moment.
+        deadline = time.monotonic() + 10
+        while (left := self.processes()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not left, f"slurm-testbed stop left processes of {self.dir} running: {left}"
 
     def processes(self) -> list[int]:
