@@ -64,7 +64,7 @@ FIXTURE_TIERS = {"slurm_bed": "slurmbed", "chromium": "browser", "kube": "e2e", 
 #: Tests in these folders (under tests/) are e2e: they run the rackctl CLI as subprocesses throughout.
 E2E_FOLDERS = ("e2e",)
 #: Seconds a unit test may take (pyproject's ``timeout`` covers the other tiers): the slowest unit
-#: test takes about 3 s on 2 loaded cores, so only a hang reaches it.
+#: test takes under 2 s on 2 cores, so only a hang reaches it.
 UNIT_TIMEOUT_S = 60
 
 
