@@ -13,7 +13,9 @@ from pathlib import Path
 from reconciler.cli.main import main
 from reconciler.intent.model import IMEX_SCRIPTS, load_intent
 
-ROOT = Path(__file__).resolve().parents[1]
+#: This folder: the shared helpers and the golden files and recorded data the tests read.
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 EXAMPLES_DIR = ROOT / "examples"
 #: The examples with a Slurm target (the Kubernetes-only one is driven against the fake API server).
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir()

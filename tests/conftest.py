@@ -10,7 +10,8 @@ import pytest
 #: Fixtures of the Kubernetes tests (``kube``: a fake API server; ``cluster``: the example on it).
 pytest_plugins = ("kubehelp",)
 
-ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 # Real files from NVIDIA, Slurm and Kubernetes live beside the checkout in shared/fixtures (each
 # with a .source.txt saying where it came from); RACKCTL_FIXTURES points elsewhere if needed.
@@ -53,6 +54,43 @@ def no_real_state_dir(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("RACKCTL_STATE_DIR", str(base / "env"))
     monkeypatch.setenv("XDG_STATE_HOME", str(base / "xdg"))
     monkeypatch.setattr(statedir, "ROOT_STATE_DIR", base / "var-lib-rackctl")
+
+
+#: The tiers (markers registered in pyproject.toml); every test gets exactly one (``tier_markers``).
+TIERS = ("unit", "e2e", "slurmbed", "browser")
+#: A test using one of these fixtures is of that tier: the real controller, a real Chromium, or the
+#: fake API server (a subprocess serving HTTP).
+FIXTURE_TIERS = {"slurm_bed": "slurmbed", "chromium": "browser", "kube": "e2e", "cluster": "e2e", "backend": "e2e"}
+#: Tests in these folders (under tests/) are e2e: they run the rackctl CLI as subprocesses throughout.
+E2E_FOLDERS = ("e2e",)
+#: Seconds a unit test may take (pyproject's ``timeout`` covers the other tiers): the slowest unit
+#: test takes under 2 s on 2 cores, so only a hang reaches it.
+UNIT_TIMEOUT_S = 60
+
+
+def tier_of(item: pytest.Item) -> str:
+    """``slurmbed`` or ``browser`` by the fixture a test uses; else ``e2e`` by fixture, folder or
+    an explicit mark; else ``unit``."""
+    used = {FIXTURE_TIERS[f] for f in item.fixturenames if f in FIXTURE_TIERS}
+    for tier in ("slurmbed", "browser"):
+        if tier in used or item.get_closest_marker(tier):
+            return tier
+    path = Path(item.path).resolve()
+    folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else None
+    if "e2e" in used or folder in E2E_FOLDERS or item.get_closest_marker("e2e"):
+        return "e2e"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its tier, so that ``-m unit`` (and the others) select by it and no new
+    test is left out of every tier; a unit test gets the tighter timeout."""
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(tier)
+        if tier == "unit":
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))  # appended: a test's own timeout mark wins
 
 
 def pytest_sessionfinish(session):

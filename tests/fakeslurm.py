@@ -37,3 +37,10 @@ esac
         f.write_text(text)
         f.chmod(f.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return bin_
+
+
+def fake_slurm_nodes(folder: Path, nodes_doc: str) -> Path:
+    """The captured controller's commands in ``folder/fakebin``, except `scontrol show nodes --json`,
+    which prints ``nodes_doc``."""
+    (folder / "nodes.json").write_text(nodes_doc)
+    return fake_slurm_bin(folder / "fakebin", nodes_json=folder / "nodes.json")

@@ -14,7 +14,7 @@ nvidia-imex -c CONFIG
     Reads CONFIG (``KEY=VALUE``), appends its PID to ``fake/daemons``, writes lines to the
     config's ``LOG_FILE_NAME``, then by ``RACKCTL_FAKE_IMEX``: ``run`` (default; until SIGTERM),
     ``crash`` (logs IMEX's real "No matching network interface" error and exits 1 at once),
-    ``ignore-term`` (runs until SIGKILL). A daemon that runs writes its PID to
+    ``ignore-term`` (records each SIGTERM as a ``term`` event and runs on, until SIGKILL). A daemon that runs writes its PID to
     ``fake/listening-<job dir name>`` once its (pretend) command service is up.
 nvidia-imex-ctl -c CONFIG -q
     Counts its queries per CONFIG in ``fake/polls-<job dir name>``. Like the real one it reaches
@@ -25,7 +25,8 @@ nvidia-imex-ctl -c CONFIG -q
     config).
 
 Every fake appends ``<RACKCTL_FAKE_TAG> <event>`` lines to ``fake/events`` (``check``, ``start``,
-``query``, ``ready``), so a test can see the order in which two scripts did things.
+``query``, ``ready``, ``term``), so a test can see the order in which two scripts did things, and
+its name and arguments to ``fake/calls``, so a test can count the commands a script ran.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ _PRELUDE = f"""#!{sys.executable}
 import os, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 FAKE = os.environ["RACKCTL_FAKE_DIR"]
+with open(os.path.join(FAKE, "calls"), "a") as fh:
+    fh.write(" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 
 def event(what):
     with open(os.path.join(FAKE, "events"), "a") as fh:
@@ -108,7 +111,7 @@ with open(config["LOG_FILE_NAME"], "a") as log:
 with open(os.path.join(FAKE, "listening-" + os.path.basename(os.path.dirname(sys.argv[2]))), "w") as fh:
     fh.write(str(os.getpid()))
 if mode == "ignore-term":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: event("term"))
 while True:
     time.sleep(3600)
 """
@@ -175,6 +178,11 @@ class FakeNode:
     def events(self) -> list[tuple[str, str]]:
         path = self.fake / "events"
         return [tuple(line.split(" ", 1)) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def calls(self) -> list[str]:
+        """Every fake command run on this node, as ``name arg ...``, in order."""
+        path = self.fake / "calls"
+        return path.read_text().splitlines() if path.exists() else []
 
     def polls(self, job: int) -> int:
         path = self.fake / f"polls-job-{job}"

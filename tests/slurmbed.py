@@ -3,6 +3,7 @@
 ``SlurmBed(dir, nodes)`` starts a Slurm 24.11 controller on loopback in its own namespaces;
 ``bed.env`` puts its wrappers (scontrol, sbatch, squeue, ...) first on PATH, so ``rackctl`` run
 with that environment talks to it. ``bed.stop()`` stops it by the PIDs in its PID files.
+``Live(bed, tmp, intent)`` runs rackctl against a bed and logs every Slurm command it runs.
 The bed needs root and the built root file system (``scripts/slurm-testbed build``); without them
 the tests that use it skip, unless ``RACKCTL_REQUIRE_TESTBED=1`` (set by ``.ci/run``) makes that
 a failure.
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from clihelp import rackctl
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-testbed"
@@ -96,9 +99,23 @@ class SlurmBed:
     def ping(self) -> bool:
         return "is UP" in self.run("scontrol", "ping", check=False).stdout
 
+    def wait_up(self, timeout_s: float = 60) -> bool:
+        """Poll ``ping`` until the controller answers (True) or ``timeout_s`` passes: 24.11's
+        ``scontrol reconfigure`` restarts slurmctld, and returns before the new one answers."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ping():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
     def stop(self) -> None:
         self._script("stop", str(self.dir))
-        left = self.processes()
+        # The script signals the namespace holder and does not wait for it: a loaded machine may
+        # still show it for a moment.
+        deadline = time.monotonic() + 10
+        while (left := self.processes()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not left, f"slurm-testbed stop left processes of {self.dir} running: {left}"
 
     def processes(self) -> list[int]:
@@ -119,3 +136,59 @@ class SlurmBed:
         proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=180, check=False)
         if proc.returncode != 0:
             raise AssertionError(f"slurm-testbed {' '.join(args)} failed: {proc.stderr}{proc.stdout}")
+
+
+class Live:
+    """One intent applied against one test bed; every Slurm command rackctl runs is logged."""
+
+    def __init__(self, bed, tmp: Path, intent: Path) -> None:
+        self.bed, self.intent = bed, intent
+        self.state = tmp / "state"
+        self.calls_log = tmp / "slurm-calls.log"
+        shim = tmp / "shim"
+        shim.mkdir()
+        for tool in ("scontrol", "squeue", "sacctmgr", "sbatch"):
+            f = shim / tool
+            f.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{self.calls_log}"\nexec "{bed.bin / tool}" "$@"\n')
+            f.chmod(f.stat().st_mode | stat.S_IXUSR)
+        self.env = {**bed.env, "PATH": f"{shim}:{bed.env['PATH']}"}
+
+    def run(self, command: str, *extra: str):
+        args = [command, "-f", self.intent, "--slurm-config-dir", self.bed.config_dir, "--state-dir", self.state]
+        if command == "apply":
+            args += ["--auto-approve", TAKE_OVER]
+        return rackctl(*args, *extra, env=self.env)
+
+    def plan_json(self) -> dict:
+        res = self.run("plan", "--format", "json")
+        assert res.rc in (0, 2), res
+        return json.loads(res.out)
+
+    def calls(self) -> list[str]:
+        """Slurm commands run since the last call (and forget them)."""
+        if not self.calls_log.exists():
+            return []
+        lines = self.calls_log.read_text().splitlines()
+        self.calls_log.unlink()
+        return lines
+
+    def blocks(self) -> list[tuple[str, str]]:
+        return [(line.split()[0].split("=")[1], line.split()[2].split("=")[1])
+                for line in self.bed.topology().splitlines() if line.startswith("BlockName=")]
+
+
+def slurm_writes(calls: list[str]) -> list[str]:
+    """The calls that change the controller (``Live.calls``): reconfigures and updates."""
+    return [c for c in calls if c.startswith("scontrol reconfigure") or c.startswith("scontrol update")]
+
+
+def set_health(intent: Path, host: str, healthy: bool) -> None:
+    """Mark every GPU of ``host`` healthy or not in the intent's ``inventory.json``."""
+    inv = intent.parent / "inventory.json"
+    doc = json.loads(inv.read_text())
+    for node in doc["nodes"]:
+        if node["hostname"] == host:
+            for gpu in node["gpus"]:
+                gpu["fabric"]["healthSummary"] = "Healthy" if healthy else "Unhealthy"
+                gpu["fabric"]["healthMask"] = 0 if healthy else 4506
+    inv.write_text(json.dumps(doc))
