@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from clihelp import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e  # each test starts rackctl in a fresh interpreter
 DC1 = str(ROOT / "examples" / "dc1-gb200" / "intent.yaml")
 K8S = str(ROOT / "examples" / "dc1-gb200-kubernetes" / "intent.yaml")
 HEAVY = ("kubernetes", "deepdiff", "rich", "prometheus_client", "jsonschema")

@@ -11,7 +11,6 @@ from pathlib import Path
 from clihelp import ROOT
 
 
-
 def test_import_contracts_hold():
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert lint, "import-linter is a test dependency (pip install -e '.[test]')"

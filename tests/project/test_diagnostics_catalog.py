@@ -6,12 +6,11 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
+from clihelp import ROOT
 
 from reconciler import diagnostics
 from reconciler.diagnostics import CODES, SCOPES, SEVERITIES
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "reconciler"
 SEVERITY_NAMES = {"ERROR": "error", "WARNING": "warning", "INFO": "info"}
 
