@@ -20,7 +20,7 @@ class Diagnostic:
     subject: str = ""
     hardware: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str | bool]:
         return {"severity": self.severity, "code": self.code, "subject": self.subject,
                 "message": self.message, "hardware": self.hardware}
 

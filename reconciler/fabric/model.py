@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import Any, Iterable, NewType
 
 ClusterUUID = NewType("ClusterUUID", str)
 CliqueKey = NewType("CliqueKey", str)
@@ -172,7 +172,7 @@ def _field(mask: int, shift: int) -> int:
     return (mask >> shift) & 0x3
 
 
-def _majority(values) -> Any:
+def _majority(values: Iterable[Any]) -> Any:
     """The most common value that is not None (ties: the first seen); None when there is none."""
     present = [v for v in values if v is not None]
     if not present:
