@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NewType
+from typing import Any, Iterable
 
-ClusterUUID = NewType("ClusterUUID", str)
-CliqueKey = NewType("CliqueKey", str)
-Hostname = NewType("Hostname", str)
+from reconciler.ids import CliqueKey, ClusterUUID, Hostname
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 

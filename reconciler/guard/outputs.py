@@ -7,10 +7,13 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from reconciler.errors import InputError
 from reconciler.guard.atomicfile import check_target
+
+if TYPE_CHECKING:
+    from reconciler.intent.model import Intent
 
 
 def check_out_file(value: str | None, *, field: str = "--out", hint: str | None = None) -> Path | None:
@@ -48,7 +51,8 @@ def check_out_dir(value: str | None) -> Path | None:
     return path
 
 
-def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs: tuple = ()) -> None:
+def refuse_inputs(out: str | os.PathLike[str], *, field: str, files: tuple[str | os.PathLike[str] | None, ...] = (),
+                  dirs: tuple[str | os.PathLike[str] | None, ...] = ()) -> None:
     """Raise ``InputError`` naming ``field`` when ``out`` (resolved, links followed) is one of
     ``files`` or lies inside one of ``dirs`` (a Slurm config dir, an inventory folder, the state
     dir). ``None`` entries are ignored. (A directory in the way is ``atomic_write``'s to refuse.)"""
@@ -62,7 +66,7 @@ def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs
                              field=field)
 
 
-def refuse_run_inputs(out: str | os.PathLike | None, intent, target_dirs: Iterable[Path], state_path: Path, *,
+def refuse_run_inputs(out: str | os.PathLike[str] | None, intent: Intent, target_dirs: Iterable[Path], state_path: Path, *,
                       field: str) -> None:
     """``refuse_inputs`` for a command that plans ``intent`` (an ``Intent``): its file, the
     inventory, the folders its targets read (``target_dirs``: ``targets.registry.read_dirs``) and

@@ -98,13 +98,13 @@ def _request(call: Callable[[], Any], what: str, hints: dict[int, str]) -> Any:
         with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
             return call()
     except Exception as exc:
-        status = getattr(exc, "status", None)
+        status: int | None = getattr(exc, "status", None)
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
         if watched is not None and watched.expired:
             why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
-        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status)) from None
+        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status) if status is not None else None) from None
 
 
 def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -112,7 +112,8 @@ def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dic
     problems): a Node without the annotation, a garbled or invalid annotation, a report naming
     another host than its Node, or a host reported by two Nodes is one problem line naming the
     node, never an exception."""
-    reports, problems = [], []
+    reports: list[dict[str, Any]] = []
+    problems: list[str] = []
     owner: dict[str, str] = {}
     for obj in node_objects:
         name = node_name(obj)
@@ -120,6 +121,7 @@ def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dic
         if problem:
             problems.append(problem)
             continue
+        assert report is not None  # no problem: a report
         host = report["hostname"]
         if host in owner:
             problems.append(f"node {name}: reports host {host}, already reported by node {owner[host]}; ignored")

@@ -154,7 +154,10 @@ def node_report(obj: dict[str, Any], *, file: str | None = None,
 def reports_from_nodes(objects: list[dict[str, Any]], *, file: str | None = None
                        ) -> tuple[list[dict[str, Any]], list[str]]:
     """NodeReports for every Node that shows GPUs; returns (reports, notes for stderr)."""
-    reports, notes, seen, skipped = [], [], set(), []
+    reports: list[dict[str, Any]] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    skipped: list[str] = []
     for obj in objects:
         name = obj["metadata"]["name"]
         if name in seen:

@@ -267,7 +267,7 @@ def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | Non
     return doc, ""
 
 
-class _Exits(dict):
+class _Exits(dict[int, str]):
     """task number -> srun's message about it; ``host_of(task)`` -> the node srun named."""
 
     def __init__(self) -> None:
@@ -383,7 +383,7 @@ def _lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
 
 def summary(result: CollectResult) -> list[str]:
     """Human lines for stderr: one per failed node, sorted naturally."""
-    def key(name: str) -> tuple:
+    def key(name: str) -> tuple[int, hostlist.NaturalKey | tuple[str]]:
         try:
             return (0, hostlist.natural_key(name))
         except InputError:

@@ -118,7 +118,7 @@ def _check_count(count: int, what: str, where: str) -> None:
                          "2,000-rack fleet)", file=where)
 
 
-def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple = (), floats: bool = True) -> None:
+def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple[str | int, ...] = (), floats: bool = True) -> None:
     """Check one NodeReport beyond JSON parsing: the schema, one entry per GPU index, and a host
     name Slurm's hostlists can hold. ``place`` names it in errors (``FILE: nodes[3]``).
 
@@ -150,11 +150,17 @@ class _DuplicateKey(ValueError):
     pass
 
 
+def _add(seen: set[str], key: str) -> bool:
+    """``seen.add(key)`` as a false condition (the first time a key is met)."""
+    seen.add(key)
+    return False
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        key = next(k for k, _ in pairs if k in seen or _add(seen, k))
         host = obj.get("hostname")
         raise _DuplicateKey(key, f" (the NodeReport of {host})" if isinstance(host, str) else "")
     return obj

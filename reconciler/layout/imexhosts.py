@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.diagnostics import WARNING, Diagnostic
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent
 from reconciler.text import hostlist
 
 
 def check(intent: Intent, reports: list[dict[str, Any]],
-          placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+          placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
     """The ``imex-host-service`` warning and a drift entry per placed tray that enables the
     host-wide service (nothing under another policy). ``reports``: the NodeReports; ``placed``:
     the hosts in slices."""

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from reconciler import __version__
 from reconciler.errors import InputError, TargetError, malformed_why
+from reconciler.ids import BlockName, Hostname
 from reconciler.guard.deadline import parse_duration
 from reconciler.guard.safedir import SafeDir, check_private
 from reconciler.layout.nodestates import HealthHistory
@@ -103,10 +104,10 @@ class AppliedRecord:
 
     config_dir: str
     files: dict[str, str | None]
-    blocks: tuple[tuple[str, tuple[str, ...]], ...]
+    blocks: tuple[tuple[BlockName, tuple[Hostname, ...]], ...]
     applied_at: str
     rackctl_version: str
-    imex_addresses: tuple[tuple[str, str], ...] = ()  # per-job IMEX: (host, address) as applied
+    imex_addresses: tuple[tuple[Hostname, str], ...] = ()  # per-job IMEX: (host, address) as applied
 
 
 class StateDir:

@@ -14,9 +14,10 @@ import functools
 import itertools
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from reconciler.errors import InputError
+from reconciler.ids import Hostname
 
 #: Most host names one expression may expand to.
 MAX_HOSTS = 1_000_000
@@ -92,7 +93,7 @@ def _parse_ranges(body: str, item: str, field: str | None) -> list[tuple[int, in
     return out
 
 
-def expand(hostlist: str, *, field: str | None = None) -> list[str]:
+def expand(hostlist: str, *, field: str | None = None) -> list[Hostname]:
     """Expand a Slurm hostlist expression into host names, as ``scontrol show hostnames`` does.
 
     ``"gb-r01-n[01-03],x[1,3-4]"`` -> ``["gb-r01-n01", "gb-r01-n02", "gb-r01-n03", "x1", "x3",
@@ -120,7 +121,7 @@ class Expander:
     def __init__(self, what: str, limit: int = MAX_HOSTS_PER_ANSWER) -> None:
         self.what, self.limit, self.used = what, limit, 0
 
-    def expand(self, text: str, *, field: str | None = None) -> list[str]:
+    def expand(self, text: str, *, field: str | None = None) -> list[Hostname]:
         """``expand(text, field=field)``, counted against the budget. Raises ``InputError`` as
         ``expand`` does, and ``TooManyHosts`` past ``limit`` names in all."""
         parsed, count = _parse(text, field)
@@ -153,7 +154,7 @@ def _parse(hostlist: str, field: str | None) -> tuple[list[_Item], int]:
     return parsed, total
 
 
-def _build(parsed: list[_Item]) -> list[str]:
+def _build(parsed: list[_Item]) -> list[Hostname]:
     """The names of ``_parse``'s items, in scontrol's order (see ``expand``)."""
     names: list[str] = []
     for literals, groups in parsed:
@@ -169,7 +170,7 @@ def _build(parsed: list[_Item]) -> list[str]:
         for combo in itertools.product(*(values[i] for i in order)):
             chosen = dict(zip(order, combo))
             names.append("".join(lit + chosen.get(i, "") for i, lit in enumerate(literals)))
-    return names
+    return cast("list[Hostname]", names)  # what a hostlist names are hosts
 
 
 def _nat(text: str) -> _NatKey:

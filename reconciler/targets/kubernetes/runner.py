@@ -14,6 +14,7 @@ from typing import Any
 from reconciler.diagnostics import Diagnostic
 from reconciler.errors import TargetError
 from reconciler.guard.untrusted import shown
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
@@ -99,7 +100,7 @@ class KubernetesPass:
     def config_findings(self) -> list[Diagnostic]:
         return []
 
-    def host_findings(self, found: Found, placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+    def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return [], []
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
@@ -115,7 +116,7 @@ class KubernetesPass:
         return kubesync.plan(self.ctx.intent, self.layout, self.domains, self.ctx.state.read_kube_record(), health,
                              now, self.options, offline=offline, replay=replay, node_read=node_read)
 
-    def blast_measures(self, placed: set[str]) -> list[blastradius.Measure]:
+    def blast_measures(self, placed: set[Hostname]) -> list[blastradius.Measure]:
         kpass, intent = self.kpass, self.ctx.intent
         if kpass is None or kpass.live is None or kpass.comparison is None:
             return []

@@ -13,6 +13,7 @@ from typing import Any
 
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent, block_sizes
 from reconciler.layout.model import REASON_PREFIX, History, Layout
 from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, NodePlan, NodeRow, plan_nodes
@@ -130,7 +131,7 @@ class SlurmPass:
         assert self.layout is not None
         return out + slurm_target.check(intent, self.live, self.layout.placed)
 
-    def host_findings(self, found: Found, placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+    def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return imexcheck.check(self.ctx.intent, found.reports, placed, self.files)
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
@@ -162,7 +163,7 @@ class SlurmPass:
         self.view = controllercheck.compare(self.ctx.intent, self.desired, self.live, self.controller)
         return list(self.view.diagnostics)
 
-    def blast_measures(self, placed: set[str]) -> list[blastradius.Measure]:
+    def blast_measures(self, placed: set[Hostname]) -> list[blastradius.Measure]:
         topology = self.ctx.intent.slurm.topology_file
         live_blocks = slurm_target.parse_blocks(self.live.files.get(topology), topology)
         return [blastradius.removed_from_topology(live_blocks, placed),
@@ -269,7 +270,7 @@ class SlurmPass:
         if self.controller is None:
             return 0
         calls = 0
-        by_reason: dict[str, list[str]] = {}
+        by_reason: dict[str, list[Hostname]] = {}
         for r in self.nodes.drains:
             by_reason.setdefault(r.reason, []).append(r.node)
         for reason, hosts in sorted(by_reason.items()):
