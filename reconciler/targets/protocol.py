@@ -154,7 +154,7 @@ class TargetPass(Protocol):
     def node_rows(self) -> list[NodeRow]:
         """This pass's rows of trays taken out of service or back (empty when none compared)."""
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each tray the running scheduler holds out of service."""
 
     def moved(self, other: Any) -> dict[str, list[str]]:

@@ -58,8 +58,8 @@ def _strict(cls: type[jsonschema.protocols.Validator]) -> type[jsonschema.protoc
             yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
 
     checker = cls.TYPE_CHECKER.redefine("integer", is_integer)
-    strict: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-        cls, {"pattern": pattern}, type_checker=checker)  # (the stubs leave ``extend`` unannotated)
+    strict: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(
+        cls, {"pattern": pattern}, type_checker=checker)
     return strict
 
 

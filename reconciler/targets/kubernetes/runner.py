@@ -14,7 +14,7 @@ from typing import Any
 from reconciler.diagnostics import Diagnostic
 from reconciler.errors import TargetError
 from reconciler.guard.untrusted import shown
-from reconciler.ids import Hostname
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
@@ -87,7 +87,7 @@ class KubernetesPass:
         self.options = options_of(ctx.options)
         self.node_read = node_read
         self.layout: Layout | None = None
-        self.domains: dict[str, str] = {}
+        self.domains: dict[Hostname, ClusterUUID] = {}
         self.kpass: KubePass | None = None
 
     def history(self) -> None:
@@ -144,10 +144,10 @@ class KubernetesPass:
         cmp = self.kpass.comparison if self.kpass is not None else None
         return cmp.nodes.rows if cmp is not None and cmp.nodes is not None else []
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each Node tainted out of service or cordoned."""
         live = self.kpass.live if self.kpass is not None else None
-        out = []
+        out: list[tuple[Hostname, str, str]] = []
         for name, node in sorted(live.nodes.items()) if live is not None else ():
             for t in node.taints:
                 if t.get("effect") in OUT_OF_SERVICE:

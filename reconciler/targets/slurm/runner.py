@@ -183,10 +183,10 @@ class SlurmPass:
     def node_rows(self) -> list[NodeRow]:
         return self.nodes.rows
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each tray the controller holds drained or down."""
         view = plan.slurm.controller if plan.slurm else None
-        out = []
+        out: list[tuple[Hostname, str, str]] = []
         for b in view.blocks if view is not None else ():
             for d in b["drained"]:
                 ours = d["reason"].startswith(REASON_PREFIX)
