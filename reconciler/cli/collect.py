@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.guard import deadline, outputs
 from reconciler.guard.untrusted import shown
@@ -73,7 +73,7 @@ class KubernetesOptions:
     timeout: float | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub``
     (``make_sub``: ``cli.main``'s sub-parser factory)."""
     c = make_sub(sub, "collect", "run the node agent on every node and gather the NodeReports")
@@ -152,7 +152,10 @@ def run_kubernetes(options: KubernetesOptions) -> int:
     else:
         objects, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
-    nodes, missing, notes, warnings = [], [], [], []
+    nodes: list[dict[str, Any]] = []
+    missing: list[str] = []
+    notes: list[str] = []
+    warnings: list[str] = []
     seen: dict[str, str] = {}
     with progress.bar("reading Node reports") as bar:
         for done, obj in enumerate(objects):
@@ -169,8 +172,8 @@ def run_kubernetes(options: KubernetesOptions) -> int:
                 except InputError as exc:
                     problem = f"{problem}; its labels are unusable too: {exc}"
             if report is not None and report["hostname"] in seen:
-                report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by " \
-                                        f"node {seen[report['hostname']]}"
+                host = report["hostname"]
+                report, problem = None, f"node {node}: reports host {host}, already reported by node {seen[host]}"
             if report is None:
                 missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
                 missing[-1] = f"  {node}: {missing[-1]}"
@@ -214,11 +217,11 @@ def node_api() -> Any:
     return client.CoreV1Api(connect())
 
 
-def list_live_nodes(selector: str | None, timeout_s: float) -> list[dict[str, Any]]:
+def list_live_nodes(selector: str | None, timeout_s: float | None) -> list[dict[str, Any]]:
     """Every Node (matching label selector ``selector``) as API JSON, through the Kubernetes
     target's bounded list (``KubeApi.list_nodes``: at most ``MAX_LIST_ITEMS`` Nodes, transient
     failures retried, each request within its deadline, answers checked for shape), all within
-    ``timeout_s`` seconds. Raises ``TargetError``, e.g. past the deadline."""
+    ``timeout_s`` seconds (None: no deadline). Raises ``TargetError``, e.g. past the deadline."""
     from reconciler.targets.kubernetes import client as kube
 
     with deadline.running(timeout_s):
@@ -239,7 +242,7 @@ def check_outputs(out: str | None, out_dir: str | None) -> None:
     outputs.check_out_dir(out_dir)
 
 
-def write_reports(nodes: list[dict], out: str | None, out_dir: str | None) -> list[Path]:
+def write_reports(nodes: list[dict[str, Any]], out: str | None, out_dir: str | None) -> list[Path]:
     """``store.write_inventory`` to ``out_dir`` or ``out``, with a progress bar for a folder.
     Returns the paths written; raises ``OSError``."""
     with progress.bar("writing NodeReports") as bar:

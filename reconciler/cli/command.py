@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
+
+#: The top-level subparsers (``add_subparsers()``) every command registers its parser on.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+#: ``cli.main``'s maker of a command's parser: ``make_sub(sub, name, help)``.
+MakeSub: TypeAlias = "Callable[[Subparsers, str, str], argparse.ArgumentParser]"
 
 
 @dataclass(frozen=True)

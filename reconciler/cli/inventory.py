@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reconciler.cli import collect as collectcmd
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard.untrusted import shown
 from reconciler.inventory import labels
@@ -31,7 +32,7 @@ class Options:
     hostname: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     i = make_sub(sub, "inventory", "convert captured `nvidia-smi -q` text into NodeReports")
@@ -57,7 +58,8 @@ def run(options: Options) -> int:
         raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if options.hostname and len(options.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
-    nodes, seen = [], {}
+    nodes: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
     with progress.bar("reading captures") as bar:
         for done, cap in enumerate(options.captures):
             if bar.callback is not None:
@@ -88,6 +90,7 @@ def _from_nodes(options: Options) -> int:
     if options.captures or options.hostname:
         raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
                          field="--from-nodes")
+    assert options.from_nodes is not None  # called only with --from-nodes
     objects, name = labels.load_node_objects(Path(options.from_nodes))
     nodes, notes = labels.reports_from_nodes(objects, file=name)
     if not nodes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from reconciler import __version__
 from reconciler.cli import (apply as applycmd, collect as collectcmd, discover as discovercmd, drift as driftcmd,
@@ -20,6 +20,9 @@ from reconciler.guard import redact
 from reconciler.guard.untrusted import shown
 from reconciler.plan.model import FORMAT_VERSION
 from reconciler.views import progress, report
+
+if TYPE_CHECKING:
+    from reconciler.cli.command import Subparsers
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     progress.configure(disabled=args.no_progress)
     try:
         with gcpause.paused():
-            return args.func(args)
+            code: int = args.func(args)
+            return code
     except RackctlError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:
@@ -141,12 +145,12 @@ class _ArgumentParser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error, which for ``plan``/``drift`` means "changes": a mistyped
     flag in CI would read as a plan to review. Usage errors are errors: exit 1."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
-def _sub(sub, name: str, help_: str) -> argparse.ArgumentParser:
+def _sub(sub: Subparsers, name: str, help_: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help_, description=help_, epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 

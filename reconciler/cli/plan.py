@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import snapshot
 from reconciler.errors import InputError
@@ -30,7 +31,7 @@ class Options(RunOptions):
     out: str | None
 
 
-def add_view_options(c) -> None:
+def add_view_options(c: argparse.ArgumentParser) -> None:
     """``--format`` and ``--show-users``, which ``plan`` and ``drift`` share."""
     c.add_argument("--format", choices=FORMATS, default="text",
                    help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -38,7 +39,7 @@ def add_view_options(c) -> None:
     c.add_argument("--show-users", action="store_true", help="name the owners of running jobs in the plan")
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     c = make_sub(sub, "plan", "show what apply would change")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import compute, snapshot
 from reconciler.errors import InputError
@@ -70,7 +70,7 @@ class ReportOptions(StatusOptions):
     out: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (their own help
     layout: ``make_sub`` is not used)."""
     r = sub.add_parser("report", help="write an HTML page of the racks (trays by slice, health, drift) and the plan",

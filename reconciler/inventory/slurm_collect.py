@@ -61,6 +61,7 @@ from typing import Any, Callable, Iterator
 
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard import boundedrun
+from reconciler.ids import Hostname
 from reconciler.inventory.store import MAX_INVENTORY_BYTES, check_node
 from reconciler.text import hostlist
 
@@ -97,7 +98,7 @@ class CollectResult:
     timed_out: bool = False
 
 
-def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackctl") -> list[str]:
+def srun_command(nodes: list[Hostname], *, partition: str | None, agent: str = "rackctl") -> list[str]:
     """The srun argv that runs ``agent discover`` once on each of ``nodes``."""
     script = (f'echo "{MARKER}$SLURMD_NODENAME"; '
               f'exec {shlex.quote(agent)} discover --hostname "$SLURMD_NODENAME"')
@@ -109,7 +110,7 @@ def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackc
     return argv
 
 
-def partition_nodes(partition: str) -> list[str]:
+def partition_nodes(partition: str) -> list[Hostname]:
     """Responding nodes of ``partition`` as ``sinfo --noheader --responding --partition=P
     --format=%N`` prints them (compressed host lists, one per line), expanded. Raises
     ``RackctlError`` when sinfo is missing, fails, times out, prints too much or names more
@@ -126,7 +127,7 @@ def partition_nodes(partition: str) -> list[str]:
         raise RackctlError(f"sinfo printed more than {exc.args[0] // 2**20} MiB; killed") from None
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
-    names: list[str] = []
+    names: list[Hostname] = []
     hosts = hostlist.Expander(f"`sinfo --partition={partition}`")
     for line in proc.stdout.split():
         names.extend(hosts.expand(line, field="sinfo output"))
@@ -143,7 +144,7 @@ def require_srun() -> None:
                            hint="run it on a Slurm login node, or add Slurm's bin directory to PATH")
 
 
-def collect(nodes: list[str], *, partition: str | None = None, timeout: float | None = None,
+def collect(nodes: list[Hostname], *, partition: str | None = None, timeout: float | None = None,
             agent: str = "rackctl", on_progress: Callable[[int, int], None] | None = None) -> CollectResult:
     """Run the agent on ``nodes`` through one srun; see the module docstring.
 

@@ -181,7 +181,7 @@ class StateDir:
         return self._read_json("adopted.json", "import record", "move it away; the files it names are then "
                                "taken over (apply --take-over)", build)
 
-    def write_adopted(self, config_dir: Path, files: dict[str, str]) -> None:
+    def write_adopted(self, config_dir: Path, files: dict[str, str | None]) -> None:
         """Record that ``rackctl import`` adopted ``files`` (name -> digest) in ``config_dir``."""
         doc = {"format": RECORD_FORMAT, "configDir": str(config_dir.resolve()), "adoptedAt": now_rfc3339(),
                "rackctlVersion": __version__, "files": dict(sorted(files.items()))}

@@ -23,8 +23,9 @@ cluster-wide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.engine.compute import Run
 from reconciler.layout.model import flat_name
 from reconciler.layout.planner import tray_order_key
@@ -48,9 +49,9 @@ _ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (D
 class _Block:
     """A slice as Slurm names its block (``name``, the ``slurm/block/NAME`` of drift entries)."""
 
-    name: str
-    slice_name: str
-    nodes: tuple[str, ...]
+    name: BlockName
+    slice_name: SliceName
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class FleetView:
 
     cluster: str
     racks: list[RackView]
-    unplaced: list[str] = field(default_factory=list)
+    unplaced: list[Hostname] = field(default_factory=list)
     cluster_drift: list[str] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
@@ -158,8 +159,8 @@ def fleet_view(run: Run) -> FleetView:
     def tray(host: str) -> _Tray:
         return trays.setdefault(host, _Tray())
 
-    for host, t in fabric.trays.items():
-        for f in t.findings:
+    for host, found in fabric.trays.items():
+        for f in found.findings:
             tray(host).add(HEALTHY, "fault" if f.drainable else "degraded", f"{f.cause}: {f.detail}")
     for row, mark in _node_rows(run):
         state, row_mark = _ROW[row["action"]]
@@ -167,9 +168,9 @@ def fleet_view(run: Run) -> FleetView:
         tray(row["node"]).add(state, mark if row_mark == "drain" else row_mark, note)
     _live_marks(run, tray)
     drift_hosts, drift_blocks, cluster_drift = _drift(run)
-    for host, addresses in drift_hosts.items():
+    for drifted, addresses in drift_hosts.items():
         for a in addresses:
-            tray(host).add(HEALTHY, "drift", f"drift: {a}")
+            tray(drifted).add(HEALTHY, "drift", f"drift: {a}")
 
     slice_by_name = {s.name: s for s in layout.slices}
     blocks_of: dict[str, list[_Block]] = {}
@@ -177,11 +178,11 @@ def fleet_view(run: Run) -> FleetView:
         s = slice_by_name.get(p.slice)
         if s is not None and not p.held:
             blocks_of.setdefault(s.rack, []).append(_Block(flat_name(s.name), s.name, s.trays))
-    placed: set[str] = set()
+    placed: set[Hostname] = set()
     racks = []
     for rack in run.intent.racks:
         blocks = blocks_of.get(rack.name, [])
-        slice_of: dict[str, str] = {}
+        slice_of: dict[Hostname, SliceName] = {}
         for b in blocks:
             for h in b.nodes:
                 slice_of.setdefault(h, b.slice_name)
@@ -216,7 +217,7 @@ def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
     return [(r.to_json(), p.mark) for p in run.passes.values() for r in p.node_rows()]
 
 
-def _live_marks(run: Run, tray) -> None:
+def _live_marks(run: Run, tray: Callable[[str], _Tray]) -> None:
     """What the running targets say: drained or down on the controller, tainted or cordoned Nodes."""
     for p in run.passes.values():
         for host, mark, note in p.held_out(run.plan):
