@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
@@ -25,5 +26,5 @@ class Diagnostic:
                 "message": self.message, "hardware": self.hardware}
 
 
-def has_errors(diags: list[Diagnostic]) -> bool:
+def has_errors(diags: Iterable[Diagnostic]) -> bool:
     return any(d.severity == ERROR for d in diags)

@@ -19,6 +19,7 @@ from typing import Any
 
 from reconciler.errors import InputError
 from reconciler.text import hostlist, schemas
+from reconciler.ids import Hostname
 from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
@@ -424,7 +425,7 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
     return Slicing(mode, count)
 
 
-def _expand(smap: SourceMap, where: Path_, text: str, slurm: bool) -> list[str]:
+def _expand(smap: SourceMap, where: Path_, text: str, slurm: bool) -> list[Hostname]:
     """``hostlist.expand`` whose errors name the intent file, line and field; ``slurm``: the
     Slurm target is on, so a host Slurm reserves (``SLURM_RESERVED``) is refused too."""
     try:

@@ -25,6 +25,8 @@ FORMAT_VERSION = "1"
 class _Word(str, Enum):
     """An enum whose members are the words the plan shows (``str()`` and f-strings give the word)."""
 
+    _value_: str
+
     def __str__(self) -> str:
         return self.value
 

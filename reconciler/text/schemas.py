@@ -40,6 +40,12 @@ def validator(name: str) -> jsonschema.protocols.Validator:
     return _strict(cls)(schema, registry=_registry())
 
 
+def schema(name: str) -> dict[str, Any]:
+    """The published schema ``schemas/<name>.schema.json`` as parsed (cached and shared: never
+    change it)."""
+    return _load(name)
+
+
 @functools.lru_cache(maxsize=None)
 def _strict(cls: type[jsonschema.protocols.Validator]) -> type[jsonschema.protocols.Validator]:
     """``cls`` with two rules tightened to what rackctl can use:
