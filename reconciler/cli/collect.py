@@ -7,7 +7,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError, RackctlError, TargetError
@@ -17,6 +17,9 @@ from reconciler.inventory import k8s_reports, labels, slurm_collect
 from reconciler.inventory.store import write_inventory
 from reconciler.text import hostlist
 from reconciler.views import progress
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import NodeReport
 
 COLLECT_SLURM_HELP = """\
 Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
@@ -152,7 +155,7 @@ def run_kubernetes(options: KubernetesOptions) -> int:
     else:
         objects, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
         objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
-    nodes: list[dict[str, Any]] = []
+    nodes: list[NodeReport] = []
     missing: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
@@ -242,7 +245,7 @@ def check_outputs(out: str | None, out_dir: str | None) -> None:
     outputs.check_out_dir(out_dir)
 
 
-def write_reports(nodes: list[dict[str, Any]], out: str | None, out_dir: str | None) -> list[Path]:
+def write_reports(nodes: list[NodeReport], out: str | None, out_dir: str | None) -> list[Path]:
     """``store.write_inventory`` to ``out_dir`` or ``out``, with a progress bar for a folder.
     Returns the paths written; raises ``OSError``."""
     with progress.bar("writing NodeReports") as bar:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from reconciler.cli import collect as collectcmd
 from reconciler.cli.command import Command, MakeSub, Subparsers
@@ -16,6 +16,9 @@ from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.store import check_node
 from reconciler.text.yamlsource import display_path, read_text
 from reconciler.views import progress
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import NodeReport
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
@@ -58,7 +61,7 @@ def run(options: Options) -> int:
         raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if options.hostname and len(options.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
-    nodes: list[dict[str, Any]] = []
+    nodes: list[NodeReport] = []
     seen: dict[str, str] = {}
     with progress.bar("reading captures") as bar:
         for done, cap in enumerate(options.captures):

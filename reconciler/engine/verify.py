@@ -60,8 +60,8 @@ from typing import Any
 from reconciler.engine import compute as pipeline
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.fabric.model import Fabric
-from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 from reconciler.guard.untrusted import MAX_TEXT_CHARS, code_span, markdown, shown
+from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 from reconciler.intent.model import Intent
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm import controller as slurm_controller

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from reconciler.ids import CliqueKey, ClusterUUID, Hostname
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import Gpu, GpuFabric, NodeReport
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -77,7 +80,7 @@ class Fabric:
         return {h: t.addresses for h, t in self.trays.items()}
 
 
-def is_attached(fabric: dict[str, Any] | None) -> bool:
+def is_attached(fabric: GpuFabric | None) -> bool:
     """NVIDIA's attachment rule for one GPU's fabric info (NodeReport ``gpus[].fabric``)."""
     if not fabric:
         return False
@@ -86,7 +89,7 @@ def is_attached(fabric: dict[str, Any] | None) -> bool:
             and bool(uuid) and uuid != ZERO_UUID)
 
 
-def build_fabric(nodes: list[dict[str, Any]]) -> Fabric:
+def build_fabric(nodes: list[NodeReport]) -> Fabric:
     """Build the fabric from validated NodeReports (one pass; hostnames are unique)."""
     trays: dict[Hostname, Tray] = {}
     by_domain: dict[ClusterUUID, list[Hostname]] = {}
@@ -101,11 +104,11 @@ def build_fabric(nodes: list[dict[str, Any]]) -> Fabric:
     return Fabric(trays, by_domain, by_chassis)
 
 
-def _tray(node: dict[str, Any]) -> Tray:
+def _tray(node: NodeReport) -> Tray:
     gpus = node.get("gpus", [])
     findings: list[Finding] = []
     attached = [g["fabric"] for g in gpus if is_attached(g.get("fabric"))]
-    uuid_list = [f["clusterUuid"].lower() for f in attached]
+    uuid_list = [u.lower() for f in attached if (u := f.get("clusterUuid"))]  # every attached GPU has one
     clique_list = [f.get("cliqueId") for f in attached]
     uuids, cliques = set(uuid_list), set(clique_list)
     platforms = [g["platform"] for g in gpus if g.get("platform")]
@@ -133,7 +136,7 @@ def _tray(node: dict[str, Any]) -> Tray:
     )
 
 
-def _gpu_findings(gpu: dict[str, Any]) -> list[Finding]:
+def _gpu_findings(gpu: Gpu) -> list[Finding]:
     fab = gpu.get("fabric")
     if fab is None:
         return [Finding("fabric-incomplete", "no fabric information reported")]

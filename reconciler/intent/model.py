@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.errors import InputError
-from reconciler.text import hostlist, schemas
 from reconciler.ids import Hostname
+from reconciler.text import hostlist, schemas
 from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",

@@ -51,6 +51,7 @@ from typing import Any
 
 from reconciler.errors import InputError
 from reconciler.inventory.store import check_node
+from reconciler.nodereport import Gpu, GpuFabric, NodeReport
 from reconciler.text.yamlsource import display_path, load_yaml_text, read_text
 
 SOURCE = "kubernetes-labels"
@@ -121,7 +122,7 @@ def node_objects(doc: Any, *, file: str) -> list[dict[str, Any]]:
 
 
 def node_report(obj: dict[str, Any], *, file: str | None = None,
-                notes: list[str] | None = None) -> dict[str, Any] | None:
+                notes: list[str] | None = None) -> NodeReport | None:
     """One NodeReport from one Node object, or None when the node shows no GPU at all."""
     meta = obj["metadata"]
     name = meta["name"]
@@ -136,13 +137,13 @@ def node_report(obj: dict[str, Any], *, file: str | None = None,
         count = 1
         notes.append(f"node {name}: no {COUNT_LABEL} label or {GPU_RESOURCE} capacity; one GPU entry stands "
                      "for the node")
-    gpus = []
+    gpus: list[Gpu] = []
     for i in range(count):
-        gpu: dict[str, Any] = {"index": i}
+        gpu: Gpu = {"index": i}
         if fabric is not None:
-            gpu["fabric"] = dict(fabric)
+            gpu["fabric"] = fabric.copy()
         gpus.append(gpu)
-    report: dict[str, Any] = {"schemaVersion": 1, "hostname": name, "source": SOURCE,
+    report: NodeReport = {"schemaVersion": 1, "hostname": name, "source": SOURCE,
                               "collectedAt": _timestamp(name, labels, file), "gpus": gpus}
     addresses = _addresses(obj)
     if addresses:
@@ -152,9 +153,9 @@ def node_report(obj: dict[str, Any], *, file: str | None = None,
 
 
 def reports_from_nodes(objects: list[dict[str, Any]], *, file: str | None = None
-                       ) -> tuple[list[dict[str, Any]], list[str]]:
+                       ) -> tuple[list[NodeReport], list[str]]:
     """NodeReports for every Node that shows GPUs; returns (reports, notes for stderr)."""
-    reports: list[dict[str, Any]] = []
+    reports: list[NodeReport] = []
     notes: list[str] = []
     seen: set[str] = set()
     skipped: list[str] = []
@@ -173,7 +174,7 @@ def reports_from_nodes(objects: list[dict[str, Any]], *, file: str | None = None
     return reports, notes
 
 
-def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str]) -> dict[str, Any] | None:
+def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str]) -> GpuFabric | None:
     clique = None
     if CLIQUE_LABEL in labels:
         clique = parse_clique(labels[CLIQUE_LABEL], node=name, file=file)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from types import EllipsisType
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from reconciler.errors import InputError
+from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
 
 __all__ = ["parse_nvidia_smi_text"]
 
@@ -105,8 +106,8 @@ class _Gpu:
         self.health: dict[int, int | None] = {}
         self.platform: dict[str, Any] | None = None
 
-    def report(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"index": self.index}
+    def report(self) -> Gpu:
+        out: Gpu = {"index": self.index}
         if self.uuid is not ...:
             out["uuid"] = self.uuid
         if self.pci is not None:
@@ -115,9 +116,10 @@ class _Gpu:
             if self.health:  # at least one detail row: compose the mask, or null if all N/A
                 known = [(s, v) for s, v in self.health.items() if v is not None]
                 self.fabric["healthMask"] = sum(v << s for s, v in known) if known else None
-            out["fabric"] = self.fabric
+            # Both filled row by row under the NodeReport keys of _FABRIC_ROWS and _PLATFORM_ROWS.
+            out["fabric"] = cast(GpuFabric, self.fabric)
         if self.platform is not None:
-            out["platform"] = self.platform
+            out["platform"] = cast(GpuPlatform, self.platform)
         return out
 
 
@@ -160,7 +162,7 @@ def _collected_at(value: str) -> str | None:
     return stamp.isoformat() if stamp.tzinfo is not None else None
 
 
-def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict[str, Any]:
+def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> NodeReport:
     """Parse ``nvidia-smi -q`` text (whole or a fragment) into a NodeReport dict.
 
     Returns ``{"schemaVersion": 1, "hostname": ..., "source": "nvidia-smi", "gpus": [...],
@@ -300,7 +302,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict
         if gpu.fabric is not None and "state" not in gpu.fabric:
             raise fail("Fabric section has no State row; expected `State : <state>`",
                        gpu.fabric_line, "Fabric")
-    report: dict[str, Any] = {"schemaVersion": 1, "hostname": hostname, "source": "nvidia-smi"}
+    report: NodeReport = {"schemaVersion": 1, "hostname": hostname, "source": "nvidia-smi"}
     if collected_at is not None:
         report["collectedAt"] = collected_at
     report["gpus"] = [gpu.report() for gpu in gpus]

@@ -57,12 +57,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard import boundedrun
 from reconciler.ids import Hostname
 from reconciler.inventory.store import MAX_INVENTORY_BYTES, check_node
+from reconciler.nodereport import NodeReport
 from reconciler.text import hostlist
 
 MARKER = "rackctl-node: "
@@ -91,7 +92,7 @@ class CollectResult:
     ``expected``: the node names asked for."""
 
     expected: list[str]
-    nodes: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[NodeReport] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     srun_exit: int | None = None
     srun_stderr: str = ""
@@ -249,7 +250,7 @@ def collect(nodes: list[Hostname], *, partition: str | None = None, timeout: flo
     return result
 
 
-def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | None, str]:
+def _parse_report(body: str, host: str, task: int) -> tuple[NodeReport | None, str]:
     if not body.strip():
         return None, "printed no report"
     try:
@@ -265,7 +266,7 @@ def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | Non
         return None, f"invalid NodeReport: {exc}"
     if doc["hostname"] != host:
         return None, f"its report names host {doc['hostname']!r}, but srun ran it on {host}; refused"
-    return doc, ""
+    return cast(NodeReport, doc), ""  # checked against the schema above
 
 
 class _Exits(dict[int, str]):

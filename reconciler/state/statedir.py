@@ -40,9 +40,9 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from reconciler import __version__
 from reconciler.errors import InputError, TargetError, malformed_why
-from reconciler.ids import BlockName, Hostname
 from reconciler.guard.deadline import parse_duration
 from reconciler.guard.safedir import SafeDir, check_private
+from reconciler.ids import BlockName, Hostname
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.targets.kubernetes.compare import KubeRecord
 from reconciler.text import hostlist

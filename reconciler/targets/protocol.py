@@ -34,6 +34,7 @@ from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import History, Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
+from reconciler.nodereport import NodeReport
 from reconciler.plan.blastradius import Measure
 from reconciler.state.statedir import Held, StateDir
 
@@ -103,7 +104,7 @@ class Found:
     ``reports`` the NodeReports, ``addresses`` host -> the addresses a tray reports, ``domains``
     host -> its NVLink domain (cluster UUID), for the trays that report one."""
 
-    reports: list[dict[str, Any]]
+    reports: list[NodeReport]
     addresses: dict[Hostname, tuple[str, ...]]
     domains: dict[Hostname, ClusterUUID]
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.engine.compute import Run
+from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.layout.model import flat_name
 from reconciler.layout.planner import tray_order_key
 from reconciler.targets.slurm.target import rack_of_block

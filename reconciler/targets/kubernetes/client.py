@@ -42,8 +42,8 @@ from urllib.parse import urlsplit
 
 from reconciler.errors import InputError, TargetError
 from reconciler.guard import deadline, httpguard, redact
-from reconciler.ids import Hostname
 from reconciler.guard.retry import RetryPolicy, retry_after_seconds
+from reconciler.ids import Hostname
 from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, Served, label_selector
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reconciler.ids import Hostname, SliceName
 from reconciler.diagnostics import WARNING, Diagnostic
+from reconciler.ids import Hostname, SliceName
 from reconciler.text import hostlist
 
 
