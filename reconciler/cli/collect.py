@@ -153,8 +153,8 @@ def run_kubernetes(options: KubernetesOptions) -> int:
                              "-l SEL -o yaml`", field="--label-selector")
         objects, name = labels.load_node_objects(Path(options.from_file))
     else:
-        objects, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
-        objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
+        live, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
+        objects = labels.node_objects({"kind": "NodeList", "items": live}, file=name)
     nodes: list[NodeReport] = []
     missing: list[str] = []
     notes: list[str] = []

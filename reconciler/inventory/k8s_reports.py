@@ -32,7 +32,7 @@ import json
 import os
 import socket
 import sys
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Callable, Iterable, Mapping, cast
 
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard import httpguard, redact
@@ -145,7 +145,7 @@ def carries_report(obj: Any) -> bool:
     return isinstance(annotations, dict) and ANNOTATION in annotations
 
 
-def read_annotation(obj: dict[str, Any]) -> tuple[NodeReport | None, str | None]:
+def read_annotation(obj: Mapping[str, Any]) -> tuple[NodeReport | None, str | None]:
     """(report, None) or (None, problem) for one Node dict. A report whose ``hostname`` is not
     the Node's name is refused (see the module docstring)."""
     name = node_name(obj)
