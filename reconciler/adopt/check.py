@@ -36,7 +36,7 @@ SPANS = ("slice", "rack", "cluster")
 MAX_LISTED = 8
 
 
-@dataclass
+@dataclass(frozen=True)
 class Adoption:
     """The intent to write: its ``text`` (opening with every finding), the chosen ``span``,
     ``findings`` (what the live files say that the intent cannot, from ``draft``) and

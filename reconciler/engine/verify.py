@@ -171,7 +171,7 @@ class Row:
                 "blocks": list(self.blocks), "domains": list(self.domains), "warnings": list(self.warnings)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     """The whole proof: every probe row, plus notes (live state that differs from the desired
     state, things the proof could not check)."""

@@ -66,7 +66,7 @@ class Tray:
         return [f for f in self.findings if f.drainable]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Fabric:
     """All discovered trays, indexed by hostname, NVLink domain and chassis serial."""
 

@@ -86,7 +86,7 @@ MAX_LINE_BYTES = 64 * 1024
 DEFAULT_TIMEOUT_S = 900.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class CollectResult:
     """``nodes``: valid NodeReports by host name; ``failures``: host (or ``task N``) -> why;
     ``expected``: the node names asked for."""

@@ -83,7 +83,7 @@ class NodeRow:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodePlan:
     """The node rows of this pass, and the history to save if the pass is applied."""
 

@@ -106,7 +106,7 @@ class RackView:
                 "trays": len(self.trays), **{s: self.count(s) for s in COUNTED}, "drift": len(self.drift)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class FleetView:
     """Every rack in intent order; ``unplaced``: discovered trays in no slice (natural order);
     ``cluster_drift``: drift addresses no rack owns."""

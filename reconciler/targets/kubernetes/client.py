@@ -87,7 +87,7 @@ class LiveNode:
     cordon_reason: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LiveKubernetes:
     """What the server holds. ``served``: group -> kind -> versions offered, for the renderers'
     groups; ``objects``: address (``kubernetes/SHOWN/NAME``, ``objects``) -> object rackctl owns; ``unowned``: desired addresses that exist

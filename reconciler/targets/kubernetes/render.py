@@ -25,7 +25,7 @@ from reconciler.targets.kubernetes.labelkeys import MANAGED_BY, domain_label, la
 from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, label_selector
 
 
-@dataclass
+@dataclass(frozen=True)
 class DesiredKubernetes:
     """The desired Kubernetes state. ``node_labels``: host -> {key: value} of every label under
     the prefix that the host should carry (hosts with none are absent); ``objects`` in apply

@@ -86,7 +86,7 @@ class ImexNode:
     slice_name: SliceName
 
 
-@dataclass
+@dataclass(frozen=True)
 class DesiredSlurm:
     """Everything rendered for Slurm, in position order, plus the diagnostics found on the way."""
 
