@@ -216,7 +216,8 @@ def tiers(intent: Intent, desired: DesiredSlurm) -> list[Tier]:
 
 
 def facts(desired: DesiredSlurm, fabric: Fabric, live_nodes: Mapping[Hostname, slurm_controller.NodeInfo],
-          live_blocks: list[tuple[BlockName, tuple[Hostname, ...]]], live_partitions: set[str] | frozenset[str]) -> Facts:
+          live_blocks: list[tuple[BlockName, tuple[Hostname, ...]]],
+          live_partitions: set[str] | frozenset[str]) -> Facts:
     """Gather the facts. ``live_nodes``: name -> ``slurm_controller.NodeInfo`` (``states``,
     ``reason``); ``live_blocks``: ``(block name, nodes)`` as ``scontrol show topology`` lists them."""
     slice_of = {h: Slice(b.slice_name, b.name, b.rack, tuple(b.nodes)) for b in desired.blocks for h in b.nodes}

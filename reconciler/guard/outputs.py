@@ -66,8 +66,8 @@ def refuse_inputs(out: str | os.PathLike[str], *, field: str, files: tuple[str |
                              field=field)
 
 
-def refuse_run_inputs(out: str | os.PathLike[str] | None, intent: Intent, target_dirs: Iterable[Path], state_path: Path, *,
-                      field: str) -> None:
+def refuse_run_inputs(out: str | os.PathLike[str] | None, intent: Intent, target_dirs: Iterable[Path],
+                      state_path: Path, *, field: str) -> None:
     """``refuse_inputs`` for a command that plans ``intent`` (an ``Intent``): its file, the
     inventory, the folders its targets read (``target_dirs``: ``targets.registry.read_dirs``) and
     the state dir ``state_path``. Nothing to check when ``out`` is None."""

@@ -105,7 +105,8 @@ def _request(call: Callable[[], Any], what: str, hints: dict[int, str]) -> Any:
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
         if watched is not None and watched.expired:
             why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
-        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status) if status is not None else None) from None
+        raise RackctlError(f"could not {what}: {redact.scrub(why)}",
+                           hint=hints.get(status) if status is not None else None) from None
 
 
 def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[NodeReport], list[str]]:

@@ -35,8 +35,8 @@ _STATES = {w.casefold(): w for w in ("Not Supported", "Not Started", "In Progres
 _SUMMARIES = {w.casefold(): w
               for w in ("Healthy", "Unhealthy", "Limited Capacity", "Not Supported")}
 # Health row -> (shift in the NVML health mask, word for value 1, word for value 2).
-# Value 1 is NVML's *_TRUE (condition present), 2 is *_FALSE; 0 is not supported.
-# Row label -> (mask shift, word for 1, word for 2); no words: a 4-bit field read by keyword.
+# Value 1 is NVML's *_TRUE (condition present), 2 is *_FALSE; 0 is not supported. No words: a
+# 4-bit field read by keyword (``_misconfig_code``).
 _HEALTH_BITS: dict[str, tuple[int, str, str] | tuple[int, None, None]] = {
     "bandwidth": (0, "degraded", "full"),
     "route recovery in progress": (2, "true", "false"),

@@ -119,7 +119,8 @@ def _check_count(count: int, what: str, where: str) -> None:
                          "2,000-rack fleet)", file=where)
 
 
-def check_node(node: Mapping[str, Any], *, file: str, place: str, prefix: tuple[str | int, ...] = (), floats: bool = True) -> None:
+def check_node(node: Mapping[str, Any], *, file: str, place: str, prefix: tuple[str | int, ...] = (),
+               floats: bool = True) -> None:
     """Check one NodeReport beyond JSON parsing: the schema, one entry per GPU index, and a host
     name Slurm's hostlists can hold. ``place`` names it in errors (``FILE: nodes[3]``).
 

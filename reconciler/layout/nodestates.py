@@ -99,8 +99,9 @@ class NodePlan:
         return [r for r in self.rows if r.action == "resume"]
 
 
-def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[Hostname, SliceName], live: dict[Hostname, LiveState] | None,
-               history: HealthHistory, damping: Damping, now: dt.datetime) -> NodePlan:
+def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[Hostname, SliceName],
+               live: dict[Hostname, LiveState] | None, history: HealthHistory, damping: Damping,
+               now: dt.datetime) -> NodePlan:
     """Decide this pass's drains and resumes.
 
     ``desired``: the layout's trays to take out of service; ``slice_of``: host -> slice for every

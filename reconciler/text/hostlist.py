@@ -32,7 +32,7 @@ _TRAILING_DIGITS = re.compile(r"[0-9]+$")  # ASCII only: str(int) must give the 
 _NAT_TOKENS = re.compile(r"[0-9]+|[^0-9]")
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
 
-# A bracket body parsed: its (lo, hi, width) ranges, width 0 where a number is not zero-padded.
+# A bracket body parsed: its (lo, hi, width) ranges, width the digits of lo as written.
 _Ranges = list[tuple[int, int, int]]
 # One hostlist item parsed: its literals around the brackets and each bracket's ranges.
 _Item = tuple[list[str], list[_Ranges]]
@@ -75,7 +75,7 @@ def _split_items(text: str, field: str | None) -> list[str]:
     return items
 
 
-def _parse_ranges(body: str, item: str, field: str | None) -> list[tuple[int, int, int]]:
+def _parse_ranges(body: str, item: str, field: str | None) -> _Ranges:
     """``01-03,7`` -> [(1, 3, 2), (7, 7, 1)]: (lo, hi, width); width is that of ``lo`` as written."""
     out = []
     for part in body.split(","):

@@ -105,7 +105,8 @@ def read_json_object(path: Path, *, what: str, max_bytes: int, hint: str, kind: 
     return doc
 
 
-def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes | None:
+def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int,
+                      error: Callable[[str], Exception]) -> bytes | None:
     """The bytes of the regular file ``path`` (following symlinks), or None when it is absent.
 
     Reads at most ``max_bytes`` (a file growing under us cannot exhaust memory). Anything else

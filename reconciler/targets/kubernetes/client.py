@@ -223,8 +223,9 @@ class KubeApi:
         groups = self._json("discover API groups", lambda: self._apis.get_api_versions(
             _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
         entries = _list_of(groups.get("groups"), "discover API groups: groups", self.server)
-        versions: tuple[Any, ...] = next((tuple(v.get("version") for v in g.get("versions") or [] if isinstance(v, dict))
-                         for g in entries if g.get("name") == group), ())
+        versions: tuple[Any, ...] = next(  # as the server wrote them
+            (tuple(v.get("version") for v in g.get("versions") or [] if isinstance(v, dict))
+             for g in entries if g.get("name") == group), ())
         kinds: dict[str, list[str]] = {}
         for version in versions:
             what = f"discover {group}/{version}"

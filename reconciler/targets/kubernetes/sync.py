@@ -31,8 +31,8 @@ from reconciler.plan.model import Action, Cause, Change
 from reconciler.targets.kubernetes import computedomains, nodelist, renderers
 from reconciler.targets.kubernetes.client import (FIELD_MANAGER, MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes,
                                                   LiveNode, connect, read_live, read_nodes, served_groups)
-from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, NodePatch, compare, cordon_annotation, differences,
-                                                   digest)
+from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, NodePatch, compare, cordon_annotation,
+                                                   differences, digest)
 from reconciler.targets.kubernetes.objects import KubeObject, Served
 from reconciler.targets.kubernetes.render import DesiredKubernetes, render_kubernetes
 from reconciler.text import hostlist
