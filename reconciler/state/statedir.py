@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, overload
 
 from reconciler import __version__
 from reconciler.errors import InputError, TargetError, malformed_why
@@ -90,6 +90,14 @@ def lock_timeout_s(text: str | None) -> float:
 
 def _tell_waiting(message: str) -> None:
     print(f"rackctl: {message}", file=sys.stderr, flush=True)
+
+
+@overload
+def digest(data: bytes) -> str: ...
+
+
+@overload
+def digest(data: bytes | None) -> str | None: ...
 
 
 def digest(data: bytes | None) -> str | None:
@@ -181,7 +189,7 @@ class StateDir:
         return self._read_json("adopted.json", "import record", "move it away; the files it names are then "
                                "taken over (apply --take-over)", build)
 
-    def write_adopted(self, config_dir: Path, files: dict[str, str | None]) -> None:
+    def write_adopted(self, config_dir: Path, files: dict[str, str]) -> None:
         """Record that ``rackctl import`` adopted ``files`` (name -> digest) in ``config_dir``."""
         doc = {"format": RECORD_FORMAT, "configDir": str(config_dir.resolve()), "adoptedAt": now_rfc3339(),
                "rackctlVersion": __version__, "files": dict(sorted(files.items()))}
