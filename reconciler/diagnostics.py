@@ -7,6 +7,7 @@ keeps the two equal."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
@@ -37,12 +38,12 @@ class Diagnostic:
     subject: str = ""
     hardware: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str | bool]:
         return {"severity": self.severity, "code": self.code, "subject": self.subject,
                 "message": self.message, "hardware": self.hardware}
 
 
-def has_errors(diags: list[Diagnostic]) -> bool:
+def has_errors(diags: Iterable[Diagnostic]) -> bool:
     return any(d.severity == ERROR for d in diags)
 
 

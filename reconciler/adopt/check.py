@@ -12,8 +12,10 @@ differences, and the errors its plan reports, are what the first plan would do.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from reconciler.adopt.draft import Draft
 from reconciler.adopt.live import HEADER, LiveConfig
@@ -21,6 +23,7 @@ from reconciler.adopt.yamltext import Paths, intent_text
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
+from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import Intent, load_intent
 from reconciler.layout.planner import plan_layout
 from reconciler.targets.slurm import target as slurm_target
@@ -33,7 +36,7 @@ SPANS = ("slice", "rack", "cluster")
 MAX_LISTED = 8
 
 
-@dataclass
+@dataclass(frozen=True)
 class Adoption:
     """The intent to write: its ``text`` (opening with every finding), the chosen ``span``,
     ``findings`` (what the live files say that the intent cannot, from ``draft``) and
@@ -104,7 +107,7 @@ def _blocks(cfg: LiveConfig, desired: DesiredSlurm) -> list[Diagnostic]:
     live_names = {n for n, _ in live}
     new = {frozenset(nodes): name for name, nodes in want.items() if name not in live_names and nodes}
     out: list[Diagnostic] = []
-    renamed: dict[str, str] = {}
+    renamed: dict[BlockName, BlockName] = {}
     for name, nodes in live:
         if name in want:
             if set(nodes) != set(want[name]):
@@ -133,8 +136,8 @@ def _blocks(cfg: LiveConfig, desired: DesiredSlurm) -> list[Diagnostic]:
 def _sizes(cfg: LiveConfig, desired: DesiredSlurm) -> list[Diagnostic]:
     if cfg.topology_file == "topology.conf":
         if cfg.blocks and tuple(desired.block_sizes) != cfg.block_sizes:
-            live = ",".join(map(str, cfg.block_sizes)) or "(unset)"
-            return [_change("setting", "BlockSizes", f"BlockSizes={live} becomes "
+            sizes = ",".join(map(str, cfg.block_sizes)) or "(unset)"
+            return [_change("setting", "BlockSizes", f"BlockSizes={sizes} becomes "
                             f"{','.join(map(str, desired.block_sizes))}")]
         return []
     live = {t.name: t for t in cfg.topologies}
@@ -225,7 +228,7 @@ def _code(data: bytes) -> list[str]:
 
 
 def _why_comments(before: bytes, after: bytes) -> str:
-    def header(data: bytes):
+    def header(data: bytes) -> re.Match[str] | None:
         for line in data.decode("utf-8", errors="replace").splitlines()[:3]:
             m = HEADER.fullmatch(line.rstrip())
             if m:
@@ -246,14 +249,14 @@ def _change(kind: str, subject: str, message: str) -> Diagnostic:
     return Diagnostic(WARNING, f"import-plan-{kind}", message, subject)
 
 
-def _delta(before, after) -> str:
+def _delta(before: Iterable[Hostname], after: Iterable[Hostname]) -> str:
     added = sorted(set(after) - set(before), key=hostlist.natural_key)
     removed = sorted(set(before) - set(after), key=hostlist.natural_key)
     return " ".join(p for p in (f"+{hostlist.compress(added)}" if added else "",
                                 f"-{hostlist.compress(removed)}" if removed else "") if p)
 
 
-def _listed(items) -> str:
-    items = list(items)
-    more = f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else ""
-    return ", ".join(items[:MAX_LISTED]) + more
+def _listed(items: Iterable[str]) -> str:
+    shown = list(items)
+    more = f" and {len(shown) - MAX_LISTED} more" if len(shown) > MAX_LISTED else ""
+    return ", ".join(shown[:MAX_LISTED]) + more

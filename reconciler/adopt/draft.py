@@ -16,7 +16,7 @@ from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
 from reconciler.text import schemas
 
-_CLUSTER = re.compile(schemas.load("intent")["properties"]["metadata"]["properties"]["name"]["pattern"])
+_CLUSTER = re.compile(schemas.schema("intent")["properties"]["metadata"]["properties"]["name"]["pattern"])
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from reconciler.diagnostics import WARNING, Diagnostic
 from reconciler.errors import InputError, RackctlError
+from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import IMEX_SCRIPTS, SlurmTarget
 from reconciler.targets.slurm import slurmconf, target as slurm_target
 from reconciler.targets.slurm.target import LiveSlurm, PartitionLine
@@ -37,8 +38,8 @@ INCLUDE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # the schema's 
 class LiveBlock:
     """One live block in position order; ``nodes`` empty: a topology.yaml placeholder."""
 
-    name: str
-    nodes: tuple[str, ...]
+    name: BlockName
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class LiveTopology:
 
     name: str
     block_sizes: tuple[int, ...]
-    blocks: tuple[str, ...]
+    blocks: tuple[BlockName, ...]
 
 
 @dataclass
@@ -214,7 +215,7 @@ def _read_topology_conf(cfg: LiveConfig, text: str, name: str) -> None:
                 raise InputError(f"block {value} is named twice", file=name, line=line.lineno)
             names.add(value)
             try:
-                cfg.blocks.append(LiveBlock(value, tuple(hostlist.expand(nodes))))
+                cfg.blocks.append(LiveBlock(BlockName(value), tuple(hostlist.expand(nodes))))
             except RackctlError as exc:
                 raise InputError(f"block {value}: {exc.message}", file=name, line=line.lineno) from None
         elif lower == "blocksizes" and len(line.pairs) == 1 and re.fullmatch(r"[0-9]{1,6}(,[0-9]{1,6})*", value):
@@ -256,7 +257,7 @@ def _read_topology_yaml(cfg: LiveConfig, text: str, name: str) -> None:
         if not isinstance(blocks, list) or not isinstance(sizes, list) or not all(
                 isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
             raise smap.error((i, "block"), "expected blocks: [...] and block_sizes: [N, ...]")
-        parsed = []
+        parsed: list[LiveBlock] = []
         for j, b in enumerate(blocks):
             if not isinstance(b, dict) or not isinstance(b.get("block"), (str, int)) or set(b) - {"block", "nodes"}:
                 raise smap.error((i, "block", "blocks", j), "expected block: NAME and optional nodes: HOSTLIST")
@@ -264,7 +265,7 @@ def _read_topology_yaml(cfg: LiveConfig, text: str, name: str) -> None:
                 nodes = tuple(hostlist.expand(str(b["nodes"]))) if b.get("nodes") not in (None, "") else ()
             except RackctlError as exc:
                 raise smap.error((i, "block", "blocks", j, "nodes"), exc.message) from None
-            parsed.append(LiveBlock(str(b["block"]), nodes))
+            parsed.append(LiveBlock(BlockName(str(b["block"])), nodes))
         entry = LiveTopology(topo["topology"], tuple(sizes), tuple(b.name for b in parsed))
         cfg.topologies.append(entry)
         order.append((topo.get("cluster_default") is True, entry, parsed))

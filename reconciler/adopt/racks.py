@@ -22,16 +22,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence, Sized
 
 from reconciler.adopt.live import LiveBlock, LiveConfig
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist, schemas
 
-_NAME = re.compile(schemas.load("intent")["properties"]["racks"]["items"]["properties"]["name"]["pattern"])
+_NAME = re.compile(schemas.schema("intent")["properties"]["racks"]["items"]["properties"]["name"]["pattern"])
 _CLIQUE_SUFFIX = re.compile(r"c(0|[1-9][0-9]{0,9})")
 SELECTS = ("auto", "hosts", "clusterUUID")
 
@@ -41,7 +42,7 @@ class SliceDraft:
     """A slice of a drafted rack: ``ref`` as tiers name it (``r01`` whole, else ``r01/s0``)."""
 
     ref: str
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass
@@ -65,9 +66,9 @@ class RackDraft:
 class _Group:
     """Live blocks of one rack: their NVLink ``domain`` (None: no tray reports) and trays."""
 
-    domain: str | None
+    domain: ClusterUUID | None
     blocks: list[LiveBlock]
-    members: list[str]
+    members: list[Hostname]
 
 
 def racks(cfg: LiveConfig, fabric: Fabric, select: str, findings: list[Diagnostic]) -> list[RackDraft]:
@@ -234,8 +235,8 @@ def _slicing(rack: str, g: _Group, kept: bool, fabric: Fabric,
     return whole
 
 
-def _cliques(members: list[str], fabric: Fabric) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
+def _cliques(members: list[Hostname], fabric: Fabric) -> dict[int, list[Hostname]]:
+    out: dict[int, list[Hostname]] = {}
     for h in members:
         tray = fabric.trays.get(h)
         if tray is not None and tray.clique_id is not None:
@@ -243,7 +244,7 @@ def _cliques(members: list[str], fabric: Fabric) -> dict[int, list[str]]:
     return out
 
 
-def _even(parts: list, total: int) -> bool:
+def _even(parts: Sequence[Sized], total: int) -> bool:
     """Whether ``parts`` cut ``total`` trays into a power-of-two number of equal slices."""
     n = len(parts)
     return n > 0 and n & (n - 1) == 0 and total % n == 0 and all(len(p) == total // n for p in parts)

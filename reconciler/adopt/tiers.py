@@ -22,14 +22,15 @@ from reconciler.adopt.racks import RackDraft
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import RackctlError
 from reconciler.fabric.model import Fabric
+from reconciler.ids import Hostname
 from reconciler.intent.model import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
 from reconciler.targets.slurm.target import PartitionLine
 from reconciler.text import hostlist, schemas
 
-_TIER = schemas.load("intent")["properties"]["tiers"]["items"]["properties"]
+_TIER = schemas.schema("intent")["properties"]["tiers"]["items"]["properties"]
 _TIER_NAME = re.compile(_TIER["name"]["pattern"])
 _SLURM = _TIER["slurm"]["properties"]
-_SLURM_NAME = re.compile(schemas.load("intent")["$defs"]["slurmName"]["pattern"])
+_SLURM_NAME = re.compile(schemas.schema("intent")["$defs"]["slurmName"]["pattern"])
 _MAX_TIME = re.compile(_SLURM["maxTime"]["pattern"])
 #: Partition options a tier's ``slurm`` section carries (lowercase).
 _KEPT = ("qos", "allowqos", "allowaccounts", "maxtime", "prioritytier", "default", "state")
@@ -46,7 +47,7 @@ class TierDraft:
     slurm: dict[str, Any]
     line: PartitionLine
     options: dict[str, tuple[str, str]]
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
     moved: bool  # from slurm.conf (or a file it includes) into rackctl's include file
 
 
@@ -255,9 +256,9 @@ def imex(cfg: LiveConfig, fabric: Fabric, findings: list[Diagnostic]) -> tuple[d
                                    f"{s.get('prologflags', ('', '(unset)'))[1]}; rackctl renders PrologFlags=Alloc",
                                    "PrologFlags"))
     data = cfg.live.files.get(script) or b""
-    m = re.search(rb"^readonly ready_timeout=([0-9]{1,5})$", data, re.M)
-    if m and int(m.group(1)) != 60:
-        imex["readyTimeout"] = f"{int(m.group(1))}s"
+    ready = re.search(rb"^readonly ready_timeout=([0-9]{1,5})$", data, re.M)
+    if ready and int(ready.group(1)) != 60:
+        imex["readyTimeout"] = f"{int(ready.group(1))}s"
     network = _network(data, fabric, findings)
     if network:
         imex["network"] = network
@@ -272,11 +273,11 @@ def _network(prolog: bytes, fabric: Fabric, findings: list[Diagnostic]) -> str |
     name have none there). None when the map holds no IP address."""
     m = re.search(rb"<<'RACKCTL_IMEX_MAP'\n(.*?)RACKCTL_IMEX_MAP\n", prolog, re.S)
     pairs = [line.split() for line in (m.group(1).decode("utf-8", "replace") if m else "").splitlines()]
-    ips: dict[str, Any] = {}
+    ips: dict[Hostname, Any] = {}  # host -> its IPv4Address or IPv6Address
     for p in pairs:
         if len(p) == 2 and p[0] != p[1]:
             try:
-                ips[p[0]] = ipaddress.ip_address(p[1])
+                ips[Hostname(p[0])] = ipaddress.ip_address(p[1])
             except ValueError:
                 continue
     if not ips or len({ip.version for ip in ips.values()}) > 1:
@@ -284,7 +285,7 @@ def _network(prolog: bytes, fabric: Fabric, findings: list[Diagnostic]) -> str |
     first = next(iter(ips.values()))
     net = next(n for plen in range(first.max_prefixlen, -1, -1)
                if all(ip in (n := ipaddress.ip_network((first, plen), strict=False)) for ip in ips.values()))
-    by_name = [p[0] for p in pairs if len(p) == 2 and p[0] == p[1]]
+    by_name = [Hostname(p[0]) for p in pairs if len(p) == 2 and p[0] == p[1]]
     for candidate in dict.fromkeys([net.supernet(new_prefix=net.prefixlen - net.prefixlen % 8), net]):
         if all(_first_in(fabric, h, candidate) == ip for h, ip in ips.items() if h in fabric.trays) and \
                 all(_first_in(fabric, h, candidate) is None for h in by_name):
@@ -295,7 +296,7 @@ def _network(prolog: bytes, fabric: Fabric, findings: list[Diagnostic]) -> str |
     return str(net)
 
 
-def _first_in(fabric: Fabric, host: str, network: Any) -> Any:
+def _first_in(fabric: Fabric, host: Hostname, network: Any) -> Any:
     """The first reported IP address of ``host`` inside ``network`` (as the planner picks it), or None."""
     tray = fabric.trays.get(host)
     for a in tray.addresses if tray is not None else ():

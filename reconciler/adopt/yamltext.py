@@ -32,7 +32,8 @@ class Paths:
 
 
 def intent_text(draft: Draft, span: str, span_note: str, paths: Paths,
-                sections: tuple[tuple[str, list[Diagnostic]], ...] | list = (), closing: str = "") -> str:
+                sections: tuple[tuple[str, list[Diagnostic]], ...] | list[tuple[str, list[Diagnostic]]] = (),
+                closing: str = "") -> str:
     """The intent YAML of ``draft`` with ``policy.maxJobSpan: span``; ``sections``: titled lists
     of findings for the opening comment block (an empty one is left out), ``closing``: its last
     line."""

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import apply as engine_apply
 from reconciler.errors import RackctlError
 from reconciler.plan import saved as savedplan
 from reconciler.state.statedir import lock_timeout_s
 from reconciler.targets import registry
+
+if TYPE_CHECKING:
+    from reconciler.engine.compute import Run
+    from reconciler.intent.model import Intent
 
 PLAN_HELP = ("apply exactly this saved plan (`plan --out`), without asking: refused, nothing written, when the "
              "intent, inventory, live state or rackctl version changed since it was made (it is stale after it is "
@@ -47,7 +52,7 @@ class Options(RunOptions):
                                self.prune_empty)
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     c = make_sub(sub, "apply")
@@ -71,7 +76,7 @@ def run(options: Options) -> int:
     state = options.state(intent)
     kube = options.kube()
 
-    def planned(intent):
+    def planned(intent: Intent) -> Run:
         return compute_run(intent, state, offline=options.offline, kube=kube, allow_destructive=allow_destructive,
                            reload=settings.reload, timeout_s=options.timeout)
 

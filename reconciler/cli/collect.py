@@ -7,9 +7,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.guard import deadline, outputs
 from reconciler.guard.untrusted import shown
@@ -17,6 +17,9 @@ from reconciler.inventory import k8s_reports, labels, slurm_collect
 from reconciler.inventory.store import write_inventory
 from reconciler.text import hostlist
 from reconciler.views import progress
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import NodeReport
 
 COLLECT_SLURM_HELP = """\
 Runs `rackctl discover` on every node with one srun (one task per node) and writes the NodeReports.
@@ -73,7 +76,7 @@ class KubernetesOptions:
     timeout: float | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``collect slurm`` and ``collect kubernetes`` on the top-level subparsers ``sub``
     (``make_sub``: ``cli.main``'s sub-parser factory)."""
     c = make_sub(sub, "collect")
@@ -150,9 +153,12 @@ def run_kubernetes(options: KubernetesOptions) -> int:
                              "-l SEL -o yaml`", field="--label-selector")
         objects, name = labels.load_node_objects(Path(options.from_file))
     else:
-        objects, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
-        objects = labels.node_objects({"kind": "NodeList", "items": objects}, file=name)
-    nodes, missing, notes, warnings = [], [], [], []
+        live, name = list_live_nodes(options.label_selector, options.timeout), "<kubernetes API>"
+        objects = labels.node_objects({"kind": "NodeList", "items": live}, file=name)
+    nodes: list[NodeReport] = []
+    missing: list[str] = []
+    notes: list[str] = []
+    warnings: list[str] = []
     seen: dict[str, str] = {}
     with progress.bar("reading Node reports") as bar:
         for done, obj in enumerate(objects):
@@ -169,8 +175,8 @@ def run_kubernetes(options: KubernetesOptions) -> int:
                 except InputError as exc:
                     problem = f"{problem}; its labels are unusable too: {exc}"
             if report is not None and report["hostname"] in seen:
-                report, problem = None, f"node {node}: reports host {report['hostname']}, already reported by " \
-                                        f"node {seen[report['hostname']]}"
+                host = report["hostname"]
+                report, problem = None, f"node {node}: reports host {host}, already reported by node {seen[host]}"
             if report is None:
                 missing.append(problem.removeprefix(f"node {node}: ") if problem else "no report")
                 missing[-1] = f"  {node}: {missing[-1]}"
@@ -214,11 +220,11 @@ def node_api() -> Any:
     return client.CoreV1Api(connect())
 
 
-def list_live_nodes(selector: str | None, timeout_s: float) -> list[dict[str, Any]]:
+def list_live_nodes(selector: str | None, timeout_s: float | None) -> list[dict[str, Any]]:
     """Every Node (matching label selector ``selector``) as API JSON, through the Kubernetes
     target's bounded list (``KubeApi.list_nodes``: at most ``MAX_LIST_ITEMS`` Nodes, transient
     failures retried, each request within its deadline, answers checked for shape), all within
-    ``timeout_s`` seconds. Raises ``TargetError``, e.g. past the deadline."""
+    ``timeout_s`` seconds (None: no deadline). Raises ``TargetError``, e.g. past the deadline."""
     from reconciler.targets.kubernetes import client as kube
 
     with deadline.running(timeout_s):
@@ -239,7 +245,7 @@ def check_outputs(out: str | None, out_dir: str | None) -> None:
     outputs.check_out_dir(out_dir)
 
 
-def write_reports(nodes: list[dict], out: str | None, out_dir: str | None) -> list[Path]:
+def write_reports(nodes: list[NodeReport], out: str | None, out_dir: str | None) -> list[Path]:
     """``store.write_inventory`` to ``out_dir`` or ``out``, with a progress bar for a folder.
     Returns the paths written; raises ``OSError``."""
     with progress.bar("writing NodeReports") as bar:

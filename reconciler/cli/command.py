@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeAlias
+
+#: The top-level subparsers (``add_subparsers()``) every command registers its parser on.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class MakeSub(Protocol):
+    """``cli.main``'s maker of a command's parser: its help line is ``cli.main.COMMANDS``'s."""
+
+    def __call__(self, sub: Subparsers, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
+        ...
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.cli import collect as collectcmd
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
@@ -26,7 +26,7 @@ class Options:
     node_name: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     d = make_sub(sub, "discover")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.plan import add_view_options
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import snapshot
@@ -21,7 +21,7 @@ class Options(RunOptions):
     format: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     c = make_sub(sub, "drift")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard.untrusted import shown
 from reconciler.intent.model import load_intent
@@ -39,7 +39,7 @@ class Options:
     format: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     h = make_sub(sub, "history")

@@ -12,7 +12,7 @@ from reconciler.adopt.draft import infer
 from reconciler.adopt.live import read_config
 from reconciler.adopt.racks import SELECTS
 from reconciler.adopt.yamltext import Paths
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.diagnostics import INFO, Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import build_fabric
@@ -63,7 +63,7 @@ class Options:
     select: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``import`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     p = make_sub(sub, "import")
     p.description = IMPORT_HELP

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.cli import collect as collectcmd
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard.untrusted import shown
 from reconciler.inventory import labels
@@ -15,6 +16,9 @@ from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.store import check_node
 from reconciler.text.yamlsource import display_path, read_text
 from reconciler.views import progress
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import NodeReport
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
@@ -31,7 +35,7 @@ class Options:
     hostname: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     i = make_sub(sub, "inventory")
@@ -57,7 +61,8 @@ def run(options: Options) -> int:
         raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if options.hostname and len(options.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
-    nodes, seen = [], {}
+    nodes: list[NodeReport] = []
+    seen: dict[str, str] = {}
     with progress.bar("reading captures") as bar:
         for done, cap in enumerate(options.captures):
             if bar.callback is not None:
@@ -88,6 +93,7 @@ def _from_nodes(options: Options) -> int:
     if options.captures or options.hostname:
         raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
                          field="--from-nodes")
+    assert options.from_nodes is not None  # called only with --from-nodes
     objects, name = labels.load_node_objects(Path(options.from_nodes))
     nodes, notes = labels.reports_from_nodes(objects, file=name)
     if not nodes:

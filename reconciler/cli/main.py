@@ -11,12 +11,15 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Iterable, NoReturn
+from typing import TYPE_CHECKING, Iterable, NoReturn
 
 from reconciler import __version__
 from reconciler.engine import gcpause
 from reconciler.errors import RackctlError, os_error_text
 from reconciler.views import progress
+
+if TYPE_CHECKING:
+    from reconciler.cli.command import Subparsers
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command ``args`` names; its errors as messages and exit codes."""
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except RackctlError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:
@@ -183,12 +187,12 @@ class _ArgumentParser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error, which for ``plan``/``drift`` means "changes": a mistyped
     flag in CI would read as a plan to review. Usage errors are errors: exit 1."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
-def _sub(sub, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
+def _sub(sub: Subparsers, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
     """Command ``name``'s parser: its help line from ``COMMANDS``, ``description`` (default: that
     line) and the exit codes."""
     help_ = COMMANDS[name][1]

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import snapshot
 from reconciler.errors import InputError
@@ -30,7 +31,7 @@ class Options(RunOptions):
     out: str | None
 
 
-def add_view_options(c) -> None:
+def add_view_options(c: argparse.ArgumentParser) -> None:
     """``--format`` and ``--show-users``, which ``plan`` and ``drift`` share."""
     c.add_argument("--format", choices=FORMATS, default="text",
                    help="the human plan (default), the plan as one JSON or YAML document (the same "
@@ -38,7 +39,7 @@ def add_view_options(c) -> None:
     c.add_argument("--show-users", action="store_true", help="name the owners of running jobs in the plan")
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     c = make_sub(sub, "plan")
@@ -54,7 +55,8 @@ def run(options: Options) -> int:
     outputs.check_out_file(options.out)
     intent = options.intent()
     state = options.state(intent)
-    outputs.refuse_run_inputs(options.out, intent, registry.read_dirs(intent), state.path, field="--out")
+    outputs.refuse_run_inputs(options.out, intent.path, intent.inventory_path, registry.read_dirs(intent), state.path,
+                              field="--out")
     planned = compute_run(intent, state, offline=options.offline, show_users=options.show_users,
                           kube=options.kube(),
                           snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, options.out),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options
 from reconciler.engine import apply as engine_apply, leaselock
 from reconciler.engine.passes import EventLog, Metrics
@@ -79,7 +79,7 @@ class Options(RunOptions):
                                                        offline=self.offline))
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     r = make_sub(sub, "reconcile")
@@ -115,8 +115,8 @@ def run(options: Options) -> int:
     kube = options.kube()
     log = EventLog(options.log_format)
     state = open_state(options.state_dir, intent.name, log.note(intent.name))
-    outputs.refuse_run_inputs(options.metrics_textfile, intent, registry.read_dirs(intent), state.path,
-                              field="--metrics-textfile")
+    outputs.refuse_run_inputs(options.metrics_textfile, intent.path, intent.inventory_path, registry.read_dirs(intent),
+                              state.path, field="--metrics-textfile")
     metrics = Metrics()
     metrics.seed(history.read(state))
     server = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler.engine import compute
 from reconciler.errors import InputError
@@ -51,7 +52,7 @@ class RunOptions:
         return KubeOptions(self.kubeconfig, self.context, self.force_conflicts, self.prune_empty)
 
 
-def compute_run(intent: Intent, state: StateDir, **options) -> compute.Run:
+def compute_run(intent: Intent, state: StateDir, **options: Any) -> compute.Run:
     """``compute.compute`` with a progress bar while the inventory is read."""
     with progress.bar("reading inventory") as bar:
         return compute.compute(intent, state, inventory_progress=bar.callback, **options)

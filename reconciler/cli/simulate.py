@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.cli import collect as collectcmd
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
@@ -39,7 +39,7 @@ class Options:
     select: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     sim = make_sub(sub, "simulate")
@@ -78,7 +78,9 @@ def run(options: Options) -> int:
     collectcmd.check_outputs(options.out, options.out_dir)
     outputs.check_out_file(options.intent, field="--intent")
     nodes, racks = simulate(spec)
-    out = Path(options.out if options.out is not None else options.out_dir)
+    given = options.out if options.out is not None else options.out_dir
+    assert given is not None  # argparse requires --out or --out-dir
+    out = Path(given)
     if options.intent:
         intent_path = Path(options.intent)
         rel = os.path.relpath(out.resolve(), intent_path.resolve().parent)

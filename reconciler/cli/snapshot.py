@@ -9,8 +9,9 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.engine import compute as pipeline, snapshot
 from reconciler.errors import InputError
 from reconciler.guard import outputs
@@ -51,7 +52,7 @@ class Options:
     out: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``snapshot`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     p = make_sub(sub, "snapshot")
     p.description = SNAPSHOT_HELP
@@ -88,7 +89,7 @@ def run(options: Options) -> int:
     return 0
 
 
-def _summary(intent: Intent, doc: dict, out: str | None) -> str:
+def _summary(intent: Intent, doc: dict[str, Any], out: str | None) -> str:
     """One line: what the snapshot holds."""
     parts = []
     if doc["slurm"] is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.intent.model import load_intent
 from reconciler.targets import registry
 from reconciler.text.yamlsource import display_path
@@ -20,7 +21,7 @@ class Options:
     format: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     v = make_sub(sub, "validate")
@@ -33,7 +34,7 @@ def add_parser(sub, make_sub) -> None:
 def run(options: Options) -> int:
     intent = load_intent(options.file)
     targets = registry.names(intent)
-    facts: dict[str, object] = {}
+    facts: dict[str, Any] = {}
     for target in registry.enabled(intent):
         facts.update(target.facts(intent))
     sizes = facts.get("block_sizes")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.engine import compute as pipeline, verify
 from reconciler.errors import InputError
 from reconciler.state.migrate import DEFAULT_HELP as STATE_DIR_DEFAULT, open_state
@@ -51,7 +51,7 @@ class Options:
     format: str
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``verify slurm`` on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s sub-parser factory)."""
     v = make_sub(sub, "verify")
     engines = v.add_subparsers(dest="engine", required=True, metavar="ENGINE")

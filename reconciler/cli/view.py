@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from reconciler.cli.command import Command
+from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import compute, snapshot
 from reconciler.errors import InputError
@@ -69,7 +69,7 @@ class ReportOptions(StatusOptions):
     out: str | None
 
 
-def add_parser(sub, make_sub) -> None:
+def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (``make_sub``:
     ``cli.main``'s sub-parser factory)."""
     r = make_sub(sub, "report", description=REPORT_HELP)
@@ -94,7 +94,8 @@ def _run(options: StatusOptions, out: str | None = None) -> compute.Run:
     outputs.check_out_file(out)
     intent = options.intent()
     state = options.state(intent)
-    outputs.refuse_run_inputs(out, intent, registry.read_dirs(intent), state.path, field="--out")
+    outputs.refuse_run_inputs(out, intent.path, intent.inventory_path, registry.read_dirs(intent), state.path,
+                              field="--out")
     return compute_run(intent, state, offline=options.offline, kube=options.kube(),
                        snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, out),
                        allow_destructive=options.allow_destructive, timeout_s=options.timeout)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from reconciler.diagnostics import DESTRUCTIVE, ERROR, tagged
 from reconciler.engine import compute
@@ -26,6 +26,9 @@ from reconciler.targets import registry
 from reconciler.targets.kubernetes.options import KubeOptions
 from reconciler.targets.protocol import ApplySettings, Refused
 from reconciler.views import progress, report
+
+if TYPE_CHECKING:
+    from reconciler.plan.model import Plan
 
 #: What ``apply_run`` returns: applied (or nothing to do, or a re-slice deferred), or cancelled at the prompt.
 APPLIED, CANCELLED = 0, 1
@@ -139,7 +142,7 @@ def count_pass(run: compute.Run) -> None:
     run.state.write_health(history)
 
 
-def _print_pending(plan) -> None:
+def _print_pending(plan: Plan) -> None:
     pending = [s for s in plan.node_states if s["action"].startswith("pending-")]
     if pending:
         print(shown(f"Held by damping: {len(pending)} node(s): " + "; ".join(f"{s['node']} {s['note']}"

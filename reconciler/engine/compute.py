@@ -48,13 +48,10 @@ class Run:
 def load(intent_path: str, *, inventory: str | None, config_dir: str | None) -> Intent:
     """Load the intent, overriding its inventory path and Slurm config dir from the CLI."""
     intent = load_intent(intent_path)
-    changes: dict[str, object] = {}
     if inventory:
-        changes["inventory_path"] = Path(inventory).resolve()
+        intent = replace(intent, inventory_path=Path(inventory).resolve())
     if config_dir:
-        changes["slurm"] = replace(intent.slurm, config_dir=Path(config_dir).resolve())
-    if changes:
-        intent = replace(intent, **changes)
+        intent = replace(intent, slurm=replace(intent.slurm, config_dir=Path(config_dir).resolve()))
     return intent
 
 

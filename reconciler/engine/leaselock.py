@@ -209,10 +209,11 @@ class LeaseLock:
                 if attempt:
                     raise TargetError(f"kubernetes: renew Lease {self.ref}: {self.server} answered 409 Conflict "
                                       "twice (someone else keeps writing it)") from None
-                lease = self._get()
-                if lease is None:
+                stored = self._get()
+                if stored is None:
                     self._lease = None
                     raise LeaseLost(f"lease {self.ref} was lost: it was deleted") from None
+                lease = stored
 
     def release(self) -> None:
         """Clear ``holderIdentity`` (and stamp ``renewTime``) if this process still holds the
@@ -313,10 +314,12 @@ class LeaseLock:
         Lease to replace was deleted since it was read."""
         what = f"{verb} Lease {self.ref}"
         kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+        # The client serialises a dict body as it is; its annotations ask for a V1Lease.
         if verb == "create":  # 404 here is a missing namespace: an error, not "no Lease"
-            return self._request(what, lambda: self._api.create_namespaced_lease(self.ref.namespace, body, **kwargs))
+            return self._request(what, lambda: self._api.create_namespaced_lease(
+                self.ref.namespace, body, **kwargs))  # type: ignore[arg-type]
         return self._request(what, lambda: self._api.replace_namespaced_lease(
-            self.ref.name, self.ref.namespace, body, **kwargs), missing_ok=True)
+            self.ref.name, self.ref.namespace, body, **kwargs), missing_ok=True)  # type: ignore[arg-type]
 
     def _request(self, what: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> dict[str, Any]:
         """``fn()``'s answer as a Lease document. Raises ``_Missing`` on 404 when ``missing_ok``,

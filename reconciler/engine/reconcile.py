@@ -86,6 +86,7 @@ def run_pass(settings: PassSettings, kube: KubeOptions, log: EventLog, cluster: 
             try:
                 if failure is not None:
                     raise failure
+                assert intent is not None  # loaded, since nothing failed
                 with _leased(settings, kube, log, out.cluster) as lease:
                     _recover(settings, log, intent, held)
                     run = compute.compute(intent, state, offline=settings.apply.offline, kube=kube,
@@ -170,7 +171,7 @@ def run_loop(settings: PassSettings, kube: KubeOptions, log: EventLog, metrics: 
     stop = threading.Event()
     caught: list[str] = []
 
-    def on_signal(signum: int, _frame) -> None:
+    def on_signal(signum: int, _frame: object) -> None:
         caught.append(signal.Signals(signum).name)
         stop.set()
 

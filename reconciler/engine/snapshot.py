@@ -73,7 +73,8 @@ class LiveSnapshot:
 
     def section(self, target: str) -> dict[str, Any]:
         """The part of the target named ``target`` (checked on load when the intent has it)."""
-        return self.doc[target]
+        part: dict[str, Any] = self.doc[target]
+        return part
 
     def age_s(self, now: dt.datetime) -> float:
         """Seconds since the snapshot was taken (negative: in the future, a clock skew)."""

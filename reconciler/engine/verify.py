@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ from reconciler.engine import compute as pipeline
 from reconciler.errors import InputError, RackctlError, TargetError
 from reconciler.fabric.model import Fabric
 from reconciler.guard.untrusted import MAX_TEXT_CHARS, code_span, markdown, shown
+from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 from reconciler.intent.model import Intent
 from reconciler.state.statedir import StateDir
 from reconciler.targets.slurm import controller as slurm_controller
@@ -87,10 +88,10 @@ class Slice:
     """One slice of a tier as the desired state has it: ``name`` (``r01/s0``), its ``block``
     (``r01-s0``), ``rack`` and every tray of it (``nodes``, natural order)."""
 
-    name: str
-    block: str
+    name: SliceName
+    block: BlockName
     rack: str
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Tier:
     span: str
 
     @property
-    def nodes(self) -> frozenset[str]:
+    def nodes(self) -> frozenset[Hostname]:
         return frozenset(h for s in self.slices for h in s.nodes)
 
 
@@ -121,12 +122,12 @@ class Facts:
     the block slurmctld has it in; ``live_partitions``: partitions slurmctld knows;
     ``per_job_imex``: rackctl's PrologSlurmctld refuses jobs spanning NVLink cliques."""
 
-    slice_of: dict[str, Slice]
-    domain_of: dict[str, str | None]
-    clique_of: dict[str, str | None]
-    unavailable: dict[str, str]
-    to_drain: dict[str, str]
-    live_block_of: dict[str, str]
+    slice_of: dict[Hostname, Slice]
+    domain_of: dict[Hostname, ClusterUUID | None]
+    clique_of: dict[Hostname, CliqueKey | None]
+    unavailable: dict[Hostname, str]
+    to_drain: dict[Hostname, str]
+    live_block_of: dict[Hostname, BlockName]
     live_partitions: frozenset[str]
     per_job_imex: bool = False
 
@@ -137,7 +138,7 @@ class Answer:
     else ``message`` (Slurm's own lines, joined with `` | ``)."""
 
     placed: bool
-    nodes: tuple[str, ...] = ()
+    nodes: tuple[Hostname, ...] = ()
     start: str = ""
     partition: str = ""
     job_id: int = 0
@@ -170,7 +171,7 @@ class Row:
                 "blocks": list(self.blocks), "domains": list(self.domains), "warnings": list(self.warnings)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     """The whole proof: every probe row, plus notes (live state that differs from the desired
     state, things the proof could not check)."""
@@ -214,18 +215,19 @@ def tiers(intent: Intent, desired: DesiredSlurm) -> list[Tier]:
     return out
 
 
-def facts(desired: DesiredSlurm, fabric: Fabric, live_nodes: dict[str, Any],
-          live_blocks: list[tuple[str, tuple[str, ...]]], live_partitions: set[str] | frozenset[str]) -> Facts:
+def facts(desired: DesiredSlurm, fabric: Fabric, live_nodes: Mapping[Hostname, slurm_controller.NodeInfo],
+          live_blocks: list[tuple[BlockName, tuple[Hostname, ...]]],
+          live_partitions: set[str] | frozenset[str]) -> Facts:
     """Gather the facts. ``live_nodes``: name -> ``slurm_controller.NodeInfo`` (``states``,
     ``reason``); ``live_blocks``: ``(block name, nodes)`` as ``scontrol show topology`` lists them."""
     slice_of = {h: Slice(b.slice_name, b.name, b.rack, tuple(b.nodes)) for b in desired.blocks for h in b.nodes}
-    domain_of: dict[str, str | None] = {}
-    clique_of: dict[str, str | None] = {}
+    domain_of: dict[Hostname, ClusterUUID | None] = {}
+    clique_of: dict[Hostname, CliqueKey | None] = {}
     for h in slice_of:
         tray = fabric.trays.get(h)
         domain_of[h] = tray.cluster_uuid if tray else None
         clique_of[h] = tray.clique_key if tray else None
-    unavailable = {}
+    unavailable: dict[Hostname, str] = {}
     for name, info in live_nodes.items():
         bad = [s for s in UNAVAILABLE_STATES if s in info.states]
         if bad:
@@ -265,7 +267,7 @@ def parse_answer(rc: int, stdout: str, stderr: str) -> Answer:
 # ---------------------------------------------------------------- pure: judging one answer
 
 
-def _hl(hosts) -> str:
+def _hl(hosts: Iterable[str]) -> str:
     return hostlist.compress(hosts)
 
 
@@ -273,9 +275,9 @@ def _short(uuid: str) -> str:
     return uuid[:8] + "…" if len(uuid) > 9 else uuid
 
 
-def _by_slice(nodes: tuple[str, ...], f: Facts) -> tuple[dict[str, list[str]], list[str]]:
+def _by_slice(nodes: tuple[Hostname, ...], f: Facts) -> tuple[dict[SliceName, list[Hostname]], list[Hostname]]:
     """Slice name -> chosen nodes in it (slice position order), and nodes in no slice."""
-    groups: dict[str, list[str]] = {}
+    groups: dict[SliceName, list[Hostname]] = {}
     outside = []
     for h in nodes:
         s = f.slice_of.get(h)
@@ -327,14 +329,14 @@ def judge(tier: Tier, probe: str, argv: list[str], answer: Answer, f: Facts, *, 
     # Slurm keeps a slice-sized job, and each segment, inside one live block: a live block whose
     # chosen nodes lie in two slices lets them cross slices (the answer alone cannot show segment
     # boundaries, so this is what proves them).
-    by_block: dict[str, list[str]] = {}
+    by_block: dict[str, list[Hostname]] = {}
     for h in nodes:
         by_block.setdefault(f.live_block_of.get(h, ""), []).append(h)
     for block, hs in by_block.items():
         if not block:
             problems.append(f"{_hl(hs)} in no live block (the scheduler does not know their slice)")
             continue
-        mixed: dict[str, list[str]] = {}
+        mixed: dict[str, list[Hostname]] = {}
         for h in hs:
             mixed.setdefault(f.slice_of[h].name if h in f.slice_of else "(no slice)", []).append(h)
         if len(mixed) > 1:
@@ -343,13 +345,13 @@ def judge(tier: Tier, probe: str, argv: list[str], answer: Answer, f: Facts, *, 
     # NVLink: within each slice one domain and one clique, as the fabric reports them.
     domains = sorted({d for h in nodes if (d := f.domain_of.get(h))})
     for name, hs in groups.items():
-        doms: dict[str, list[str]] = {}
-        cliques: dict[str, list[str]] = {}
+        doms: dict[ClusterUUID, list[Hostname]] = {}
+        cliques: dict[CliqueKey, list[Hostname]] = {}
         for h in hs:
-            if f.domain_of.get(h):
-                doms.setdefault(f.domain_of[h], []).append(h)
-            if f.clique_of.get(h):
-                cliques.setdefault(f.clique_of[h], []).append(h)
+            if domain := f.domain_of.get(h):
+                doms.setdefault(domain, []).append(h)
+            if clique := f.clique_of.get(h):
+                cliques.setdefault(clique, []).append(h)
         if len(doms) > 1:
             problems.append(f"slice {name}: chosen trays are in {len(doms)} NVLink domains: " +
                             "; ".join(f"{_short(d)} ({_hl(x)})" for d, x in sorted(doms.items())))
@@ -380,7 +382,8 @@ def judge(tier: Tier, probe: str, argv: list[str], answer: Answer, f: Facts, *, 
     return row
 
 
-def _pass_why(tier: Tier, probe: str, groups: dict[str, list[str]], domains: list[str], segment: int | None,
+def _pass_why(tier: Tier, probe: str, groups: dict[SliceName, list[Hostname]], domains: list[ClusterUUID],
+              segment: int | None,
               blocks: tuple[str, ...]) -> str:
     rack_of = {s.name: s.rack for s in tier.slices}
     dom = f"NVLink domain {_short(domains[0])}" if len(domains) == 1 else \
@@ -530,7 +533,8 @@ def prove(tier_list: list[Tier], f: Facts, submit: Submit) -> list[Row]:
     return [r for t in tier_list for r in prove_tier(t, f, submit)]
 
 
-def notes(desired: DesiredSlurm, live_blocks: list[tuple[str, tuple[str, ...]]], has_changes: bool) -> list[str]:
+def notes(desired: DesiredSlurm, live_blocks: list[tuple[BlockName, tuple[Hostname, ...]]], has_changes: bool
+          ) -> list[str]:
     """Differences that explain failures: the live topology is not the desired one, or the plan
     has changes that are not applied."""
     out = []

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import TYPE_CHECKING, Any, Iterable
 
-ClusterUUID = NewType("ClusterUUID", str)
-CliqueKey = NewType("CliqueKey", str)
-Hostname = NewType("Hostname", str)
+from reconciler.ids import CliqueKey, ClusterUUID, Hostname
+
+if TYPE_CHECKING:
+    from reconciler.nodereport import Gpu, GpuFabric, NodeReport
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -65,7 +66,7 @@ class Tray:
         return [f for f in self.findings if f.drainable]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Fabric:
     """All discovered trays, indexed by hostname, NVLink domain and chassis serial."""
 
@@ -79,7 +80,7 @@ class Fabric:
         return {h: t.addresses for h, t in self.trays.items()}
 
 
-def is_attached(fabric: dict[str, Any] | None) -> bool:
+def is_attached(fabric: GpuFabric | None) -> bool:
     """NVIDIA's attachment rule for one GPU's fabric info (NodeReport ``gpus[].fabric``)."""
     if not fabric:
         return False
@@ -88,7 +89,7 @@ def is_attached(fabric: dict[str, Any] | None) -> bool:
             and bool(uuid) and uuid != ZERO_UUID)
 
 
-def build_fabric(nodes: list[dict[str, Any]]) -> Fabric:
+def build_fabric(nodes: list[NodeReport]) -> Fabric:
     """Build the fabric from validated NodeReports (one pass; hostnames are unique)."""
     trays: dict[Hostname, Tray] = {}
     by_domain: dict[ClusterUUID, list[Hostname]] = {}
@@ -103,11 +104,11 @@ def build_fabric(nodes: list[dict[str, Any]]) -> Fabric:
     return Fabric(trays, by_domain, by_chassis)
 
 
-def _tray(node: dict[str, Any]) -> Tray:
+def _tray(node: NodeReport) -> Tray:
     gpus = node.get("gpus", [])
     findings: list[Finding] = []
     attached = [g["fabric"] for g in gpus if is_attached(g.get("fabric"))]
-    uuid_list = [f["clusterUuid"].lower() for f in attached]
+    uuid_list = [u.lower() for f in attached if (u := f.get("clusterUuid"))]  # every attached GPU has one
     clique_list = [f.get("cliqueId") for f in attached]
     uuids, cliques = set(uuid_list), set(clique_list)
     platforms = [g["platform"] for g in gpus if g.get("platform")]
@@ -135,7 +136,7 @@ def _tray(node: dict[str, Any]) -> Tray:
     )
 
 
-def _gpu_findings(gpu: dict[str, Any]) -> list[Finding]:
+def _gpu_findings(gpu: Gpu) -> list[Finding]:
     fab = gpu.get("fabric")
     if fab is None:
         return [Finding("fabric-incomplete", "no fabric information reported")]
@@ -172,7 +173,7 @@ def _field(mask: int, shift: int) -> int:
     return (mask >> shift) & 0x3
 
 
-def _majority(values) -> Any:
+def _majority(values: Iterable[Any]) -> Any:
     """The most common value that is not None (ties: the first seen); None when there is none."""
     present = [v for v in values if v is not None]
     if not present:

@@ -18,6 +18,7 @@ import selectors
 import signal
 import subprocess
 import time
+from typing import IO
 
 #: Most bytes one command may print, stdout and stderr together: ``scontrol show nodes --json``
 #: of 36,000 nodes prints about 110 MB.
@@ -34,7 +35,7 @@ class OutputTooLarge(Exception):
     """The command printed more than its cap (``args[0]``: the cap in bytes); it was killed."""
 
 
-def run(args: list[str], *, timeout: float, max_bytes: int | None = None) -> subprocess.CompletedProcess:
+def run(args: list[str], *, timeout: float, max_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``args`` (standard input empty) for at most ``timeout`` seconds; its output decoded
     as UTF-8 (undecodable bytes replaced). Raises ``FileNotFoundError`` when the command is
     missing, ``subprocess.TimeoutExpired`` past ``timeout`` and ``OutputTooLarge`` past
@@ -53,17 +54,17 @@ def run(args: list[str], *, timeout: float, max_bytes: int | None = None) -> sub
         _kill_group(proc)
         raise
     finally:
-        proc.stdout.close()
-        proc.stderr.close()
+        _pipe(proc.stdout).close()
+        _pipe(proc.stderr).close()
     return subprocess.CompletedProcess(args, proc.returncode, out.decode("utf-8", "replace"),
                                        err.decode("utf-8", "replace"))
 
 
-def _read(proc: subprocess.Popen, end: float, max_bytes: int) -> tuple[bytes, bytes]:
+def _read(proc: subprocess.Popen[bytes], end: float, max_bytes: int) -> tuple[bytes, bytes]:
     """stdout and stderr of ``proc``, read on this thread until both end, or ``EOF_GRACE_S``
     after ``proc`` exited. Raises ``subprocess.TimeoutExpired`` at ``end`` (``time.monotonic``
     seconds) and ``OutputTooLarge`` past ``max_bytes``."""
-    held: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    held: dict[int, list[bytes]] = {_pipe(proc.stdout).fileno(): [], _pipe(proc.stderr).fileno(): []}
     size = 0
     with selectors.DefaultSelector() as sel:
         for fd in held:
@@ -79,7 +80,13 @@ def _read(proc: subprocess.Popen, end: float, max_bytes: int) -> tuple[bytes, by
         while sel.get_map() and (left := grace_end - time.monotonic()) > 0:
             size = _drain(sel, held, left, size, max_bytes)
     proc.wait()
-    return b"".join(held[proc.stdout.fileno()]), b"".join(held[proc.stderr.fileno()])
+    return b"".join(held[_pipe(proc.stdout).fileno()]), b"".join(held[_pipe(proc.stderr).fileno()])
+
+
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A pipe ``run`` opened (``Popen`` types each as optional: it is None unless asked for)."""
+    assert stream is not None
+    return stream
 
 
 def _drain(sel: selectors.BaseSelector, held: dict[int, list[bytes]], wait: float, size: int,
@@ -98,7 +105,7 @@ def _drain(sel: selectors.BaseSelector, held: dict[int, list[bytes]], wait: floa
     return size
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the command's process group (its session, started for it) and reap the command."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -31,7 +31,10 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from urllib3.connectionpool import HTTPConnectionPool
 
 #: Most seconds one attempt of a request may take, from connecting to the last byte of its answer.
 #: A page of 500 Nodes takes well under a second on a healthy API server.
@@ -133,7 +136,8 @@ def attempt(seconds: float) -> Iterator[Attempt]:
 def read_answer(response: Any) -> bytes:
     """The whole body of a urllib3 ``HTTPResponse`` (``_preload_content=False``), read in chunks.
     Raises ``AnswerTooLarge`` past ``MAX_ANSWER_BYTES``, else what urllib3 raises."""
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     try:
         while True:
             chunk = response.read(_CHUNK)
@@ -192,25 +196,26 @@ class _CappedReader:
 
 
 class _Watched:
-    """Mixed into a urllib3 connection class by ``install``."""
+    """Mixed into a urllib3 connection class by ``install``. Its ``super()`` is that class, which
+    mypy cannot see from here: hence the ``type: ignore[misc]`` on each call to it."""
 
-    def _new_conn(self):  # type: ignore[no-untyped-def]
-        sock = super()._new_conn()  # type: ignore[misc]
+    def _new_conn(self) -> socket.socket:
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         self._rackctl_watch = sock.dup()
         current = getattr(_current, "attempt", None)
         if current is not None:
             current.watch(self._rackctl_watch)
         return sock
 
-    def request(self, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+    def request(self, *args: Any, **kwargs: Any) -> None:
         kwargs["enforce_content_length"] = True  # a short body is an error, whatever the default
         current = getattr(_current, "attempt", None)
         watch = getattr(self, "_rackctl_watch", None)
         if current is not None and watch is not None:
             current.watch(watch)
-        return super().request(*args, **kwargs)  # type: ignore[misc]
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
-    def getresponse(self):  # type: ignore[no-untyped-def]
+    def getresponse(self) -> Any:
         response = super().getresponse()  # type: ignore[misc]
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
@@ -239,7 +244,7 @@ def install(api_client: Any) -> Any:
     return api_client
 
 
-def _watched_pool(pool_cls: type) -> type:
+def _watched_pool(pool_cls: type[HTTPConnectionPool]) -> type:
     if getattr(pool_cls, "_rackctl_watched", False):
         return pool_cls
     conn = type(f"Watched{pool_cls.ConnectionCls.__name__}", (_Watched, pool_cls.ConnectionCls), {})

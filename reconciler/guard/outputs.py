@@ -48,7 +48,8 @@ def check_out_dir(value: str | None) -> Path | None:
     return path
 
 
-def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs: tuple = ()) -> None:
+def refuse_inputs(out: str | os.PathLike[str], *, field: str, files: tuple[str | os.PathLike[str] | None, ...] = (),
+                  dirs: tuple[str | os.PathLike[str] | None, ...] = ()) -> None:
     """Raise ``InputError`` naming ``field`` when ``out`` (resolved, links followed) is one of
     ``files`` or lies inside one of ``dirs`` (a Slurm config dir, an inventory folder, the state
     dir). ``None`` entries are ignored. (A directory in the way is ``atomic_write``'s to refuse.)"""
@@ -62,14 +63,14 @@ def refuse_inputs(out: str | os.PathLike, *, field: str, files: tuple = (), dirs
                              field=field)
 
 
-def refuse_run_inputs(out: str | os.PathLike | None, intent, target_dirs: Iterable[Path], state_path: Path, *,
-                      field: str) -> None:
-    """``refuse_inputs`` for a command that plans ``intent`` (an ``Intent``): its file, the
-    inventory, the folders its targets read (``target_dirs``: ``targets.registry.read_dirs``) and
-    the state dir ``state_path``. Nothing to check when ``out`` is None."""
+def refuse_run_inputs(out: str | os.PathLike[str] | None, intent_file: Path, inventory: Path | None,
+                      target_dirs: Iterable[Path], state_path: Path, *, field: str) -> None:
+    """``refuse_inputs`` for a command that plans an intent: its file ``intent_file``, the
+    ``inventory`` (a file or a folder) it names, the folders its targets read (``target_dirs``:
+    ``targets.registry.read_dirs``) and the state dir ``state_path``. Nothing to check when
+    ``out`` is None."""
     if out is None:
         return
-    inventory = intent.inventory_path
     inv_dir = inventory if inventory is not None and inventory.is_dir() else None
-    refuse_inputs(out, field=field, files=(intent.path, inventory if inv_dir is None else None),
+    refuse_inputs(out, field=field, files=(intent_file, inventory if inv_dir is None else None),
                   dirs=(inv_dir, *target_dirs, state_path))

@@ -40,7 +40,7 @@ class RetryPolicy:
         the upper half is random (jitter)."""
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.retry_after_cap_s)
-        step = min(self.cap_s, self.base_s * 2 ** max(retry - 1, 0))
+        step: float = min(self.cap_s, self.base_s * 2 ** max(retry - 1, 0))
         return step / 2 + self.rand() * step / 2
 
     def another(self, attempt: int, started: float, delay: float) -> bool:

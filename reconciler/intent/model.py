@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.errors import InputError
+from reconciler.ids import Hostname
 from reconciler.text import hostlist, schemas
-from reconciler.text.yamlsource import MAX_YAML_BYTES, SourceMap, display_path, load_yaml_text, read_text
 from reconciler.text.duration import duration_s
+from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
                 "gpu-disagreement", "not-reporting")
@@ -386,7 +387,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
 
 
 def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str, Any]],
-             smap: SourceMap, where: tuple, slurm: bool) -> Slicing:
+             smap: SourceMap, where: Path_, slurm: bool) -> Slicing:
     mode = s["mode"]
     if mode == "whole":
         return Slicing("whole", 1)
@@ -413,10 +414,11 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
             raise smap.error(where + ("slices",), f"explicit slices of rack {rack} have different sizes "
                              f"{sorted(sizes)}; a Slurm block topology needs one slice size per rack")
         return Slicing("explicit", len(explicit), explicit)
-    count = s.get("count")
+    count: int | None = s.get("count")
     if mode == "cliques" and count is None:
         named = {ref for t in tiers_data for ref in t.get("slices", []) if ref.startswith(rack + "/")}
         count = max(1, len(named))
+    assert count is not None  # the schema requires it for mode: equal
     if count & (count - 1) or trays % count:
         raise smap.error(where + ("count",), f"rack {rack}: slice count {count} must be a power of two "
                          f"that divides the rack's {trays} trays (expected one of "
@@ -424,7 +426,7 @@ def _slicing(rack: str, s: dict[str, Any], trays: int, tiers_data: list[dict[str
     return Slicing(mode, count)
 
 
-def _expand(smap: SourceMap, where: tuple, text: str, slurm: bool) -> list[str]:
+def _expand(smap: SourceMap, where: Path_, text: str, slurm: bool) -> list[Hostname]:
     """``hostlist.expand`` whose errors name the intent file, line and field; ``slurm``: the
     Slurm target is on, so a host Slurm reserves (``SLURM_RESERVED``) is refused too."""
     try:
@@ -437,7 +439,7 @@ def _expand(smap: SourceMap, where: tuple, text: str, slurm: bool) -> list[str]:
     return hosts
 
 
-def _refuse_reserved(smap: SourceMap, where: tuple, kind: str, name: str) -> None:
+def _refuse_reserved(smap: SourceMap, where: Path_, kind: str, name: str) -> None:
     """Raise ``InputError`` at ``where`` when Slurm reserves ``name`` for a ``kind`` (any case)."""
     meaning = SLURM_RESERVED.get((kind, name.upper()))
     if meaning is not None:

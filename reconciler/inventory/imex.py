@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from reconciler.nodereport import ImexState
 
 __all__ = ["read_imex_state", "CONFIG_FILE", "DEFAULT_NODES_FILE"]
 
@@ -36,7 +38,7 @@ SCRIPT_DIRS = ("/var/spool/slurmd/conf-cache", "/run/slurm/conf", "/etc/slurm")
 SCRIPT_GLOB = "rackctl-imex-*.sh"
 
 
-def read_imex_state(root: Path = Path("/")) -> dict[str, Any]:
+def read_imex_state(root: Path = Path("/")) -> ImexState:
     """Return ``{"hostService", "nodesFile", "nodes"?, "channelsMajor"}`` for the host under ``root``."""
     root = Path(root)
     state: dict[str, Any] = {"hostService": _service_enabled(root), "nodesFile": None}
@@ -51,7 +53,7 @@ def read_imex_state(root: Path = Path("/")) -> dict[str, Any]:
     scripts = _script_digests(root)
     if scripts:
         state["scripts"] = scripts
-    return state
+    return cast(ImexState, state)  # built key by key, in the order the reports have always had
 
 
 def _script_digests(root: Path) -> dict[str, str]:

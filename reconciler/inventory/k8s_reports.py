@@ -32,18 +32,19 @@ import json
 import os
 import socket
 import sys
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, cast
 
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard import httpguard, redact
 from reconciler.inventory.store import check_node
+from reconciler.nodereport import NodeReport
 
 ANNOTATION = "rackctl.dev/node-report"
 #: Kubernetes' limit on the total size of one object's annotations (keys + values).
 MAX_ANNOTATION_BYTES = 256 * 1024
 
 
-def annotation_value(report: dict[str, Any]) -> str:
+def annotation_value(report: NodeReport) -> str:
     """The annotation text of ``report`` (compact JSON, sorted keys). Raises ``RackctlError``
     when key + value exceed Kubernetes' 256 KiB annotation limit."""
     text = json.dumps(report, sort_keys=True, separators=(",", ":"))
@@ -55,7 +56,7 @@ def annotation_value(report: dict[str, Any]) -> str:
     return text
 
 
-def merge_patch(report: dict[str, Any]) -> dict[str, Any]:
+def merge_patch(report: NodeReport) -> dict[str, Any]:
     """The patch body that sets the annotation and touches nothing else."""
     return {"metadata": {"annotations": {ANNOTATION: annotation_value(report)}}}
 
@@ -69,7 +70,7 @@ def node_to_annotate(flag: str | None) -> str:
     return flag or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def publish_report(api: Any, node_name: str, report: dict[str, Any]) -> dict[str, Any]:
+def publish_report(api: Any, node_name: str, report: NodeReport) -> dict[str, Any]:
     """Patch Node ``node_name`` with the report annotation through ``api.patch_node(name, body)``
     (a ``kubernetes.client.CoreV1Api``). Returns the body sent. Raises ``InputError`` when the
     report names another host than ``node_name`` (the collector would refuse it), before any
@@ -98,21 +99,23 @@ def _request(call: Callable[[], Any], what: str, hints: dict[int, str]) -> Any:
         with httpguard.attempt(httpguard.REQUEST_DEADLINE_S) as watched:
             return call()
     except Exception as exc:
-        status = getattr(exc, "status", None)
+        status: int | None = getattr(exc, "status", None)
         if status is None and not type(exc).__module__.startswith(("kubernetes", "urllib3")):
             raise
         why = f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status else f"{type(exc).__name__}: {exc}"
         if watched is not None and watched.expired:
             why = f"no complete answer within {httpguard.REQUEST_DEADLINE_S:g} s"
-        raise RackctlError(f"could not {what}: {redact.scrub(why)}", hint=hints.get(status)) from None
+        raise RackctlError(f"could not {what}: {redact.scrub(why)}",
+                           hint=hints.get(status) if status is not None else None) from None
 
 
-def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[NodeReport], list[str]]:
     """Read the report annotation of every Node dict (API JSON form). Returns (valid reports,
     problems): a Node without the annotation, a garbled or invalid annotation, a report naming
     another host than its Node, or a host reported by two Nodes is one problem line naming the
     node, never an exception."""
-    reports, problems = [], []
+    reports: list[NodeReport] = []
+    problems: list[str] = []
     owner: dict[str, str] = {}
     for obj in node_objects:
         name = node_name(obj)
@@ -120,6 +123,7 @@ def reports_from_nodes(node_objects: Iterable[dict[str, Any]]) -> tuple[list[dic
         if problem:
             problems.append(problem)
             continue
+        assert report is not None  # no problem: a report
         host = report["hostname"]
         if host in owner:
             problems.append(f"node {name}: reports host {host}, already reported by node {owner[host]}; ignored")
@@ -142,7 +146,7 @@ def carries_report(obj: Any) -> bool:
     return isinstance(annotations, dict) and ANNOTATION in annotations
 
 
-def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def read_annotation(obj: Mapping[str, Any]) -> tuple[NodeReport | None, str | None]:
     """(report, None) or (None, problem) for one Node dict. A report whose ``hostname`` is not
     the Node's name is refused (see the module docstring)."""
     name = node_name(obj)
@@ -167,7 +171,7 @@ def read_annotation(obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | N
     if report["hostname"] != name:
         return None, (f"node {name}: annotation {ANNOTATION} names host {report['hostname']!r}, not this Node; "
                       "refused (a Node's report must name that Node)")
-    return report, None
+    return cast(NodeReport, report), None  # checked against the schema above
 
 
 def _json_why(exc: ValueError | RecursionError) -> str:

@@ -47,10 +47,11 @@ import re
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from reconciler.errors import InputError
 from reconciler.inventory.store import check_node
+from reconciler.nodereport import Gpu, GpuFabric, NodeReport
 from reconciler.text.yamlsource import display_path, load_yaml_text, read_text
 
 SOURCE = "kubernetes-labels"
@@ -79,7 +80,31 @@ def parse_clique(value: object, *, node: str, label: str = CLIQUE_LABEL, file: s
     return m.group(1).lower(), int(m.group(2))
 
 
-def load_node_objects(path: Path) -> tuple[list[dict[str, Any]], str]:
+class _NodeMetadataRequired(TypedDict):
+    name: str
+
+
+class NodeMetadata(_NodeMetadataRequired, total=False):
+    """A Node's ``metadata`` as ``node_objects`` checked it: ``name`` not empty, ``labels`` a
+    mapping (or null); ``annotations`` as the file or server had them."""
+
+    labels: dict[str, Any] | None
+    annotations: Any
+
+
+class _KubeNodeRequired(TypedDict):
+    metadata: NodeMetadata
+
+
+class KubeNode(_KubeNodeRequired, total=False):
+    """A Kubernetes Node in API JSON form, only the fields rackctl reads: ``kind`` (``Node``) and
+    ``status`` (``capacity``, ``addresses``: unchecked, read with care)."""
+
+    kind: str
+    status: Any
+
+
+def load_node_objects(path: Path) -> tuple[list[KubeNode], str]:
     """Read a Node / NodeList / List file (JSON or YAML); return (Node objects, display name)."""
     name = display_path(path)
     text = read_text(path, what="Node list", max_bytes=MAX_NODES_BYTES)
@@ -93,7 +118,7 @@ def load_node_objects(path: Path) -> tuple[list[dict[str, Any]], str]:
     return node_objects(doc, file=name), name
 
 
-def node_objects(doc: Any, *, file: str) -> list[dict[str, Any]]:
+def node_objects(doc: Any, *, file: str) -> list[KubeNode]:
     """The Node objects in one document (a Node, or a NodeList/List of Nodes)."""
     if not isinstance(doc, dict):
         raise InputError("expected a Kubernetes Node, NodeList or List (`kubectl get nodes -o yaml`)", file=file)
@@ -117,11 +142,11 @@ def node_objects(doc: Any, *, file: str) -> list[dict[str, Any]]:
         labels = meta.get("labels")
         if labels is not None and not isinstance(labels, dict):
             raise InputError(f"node {meta['name']}: metadata.labels is not a mapping", file=file, field=where)
-    return items
+    return cast("list[KubeNode]", items)  # each checked above
 
 
-def node_report(obj: dict[str, Any], *, file: str | None = None,
-                notes: list[str] | None = None) -> dict[str, Any] | None:
+def node_report(obj: KubeNode, *, file: str | None = None,
+                notes: list[str] | None = None) -> NodeReport | None:
     """One NodeReport from one Node object, or None when the node shows no GPU at all."""
     meta = obj["metadata"]
     name = meta["name"]
@@ -136,13 +161,13 @@ def node_report(obj: dict[str, Any], *, file: str | None = None,
         count = 1
         notes.append(f"node {name}: no {COUNT_LABEL} label or {GPU_RESOURCE} capacity; one GPU entry stands "
                      "for the node")
-    gpus = []
+    gpus: list[Gpu] = []
     for i in range(count):
-        gpu: dict[str, Any] = {"index": i}
+        gpu: Gpu = {"index": i}
         if fabric is not None:
-            gpu["fabric"] = dict(fabric)
+            gpu["fabric"] = fabric.copy()
         gpus.append(gpu)
-    report: dict[str, Any] = {"schemaVersion": 1, "hostname": name, "source": SOURCE,
+    report: NodeReport = {"schemaVersion": 1, "hostname": name, "source": SOURCE,
                               "collectedAt": _timestamp(name, labels, file), "gpus": gpus}
     addresses = _addresses(obj)
     if addresses:
@@ -151,10 +176,13 @@ def node_report(obj: dict[str, Any], *, file: str | None = None,
     return report
 
 
-def reports_from_nodes(objects: list[dict[str, Any]], *, file: str | None = None
-                       ) -> tuple[list[dict[str, Any]], list[str]]:
+def reports_from_nodes(objects: list[KubeNode], *, file: str | None = None
+                       ) -> tuple[list[NodeReport], list[str]]:
     """NodeReports for every Node that shows GPUs; returns (reports, notes for stderr)."""
-    reports, notes, seen, skipped = [], [], set(), []
+    reports: list[NodeReport] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    skipped: list[str] = []
     for obj in objects:
         name = obj["metadata"]["name"]
         if name in seen:
@@ -170,7 +198,7 @@ def reports_from_nodes(objects: list[dict[str, Any]], *, file: str | None = None
     return reports, notes
 
 
-def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str]) -> dict[str, Any] | None:
+def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str]) -> GpuFabric | None:
     clique = None
     if CLIQUE_LABEL in labels:
         clique = parse_clique(labels[CLIQUE_LABEL], node=name, file=file)
@@ -200,7 +228,7 @@ def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str
     return {"state": "Completed", "status": "Success", "clusterUuid": clique[0], "cliqueId": clique[1]}
 
 
-def _gpu_count(name: str, labels: dict[str, Any], obj: dict[str, Any], file: str | None) -> int | None:
+def _gpu_count(name: str, labels: dict[str, Any], obj: KubeNode, file: str | None) -> int | None:
     if COUNT_LABEL in labels:
         where, value = f"metadata.labels[{COUNT_LABEL}]", labels[COUNT_LABEL]
         what = f"label {COUNT_LABEL}"
@@ -228,7 +256,7 @@ def _timestamp(name: str, labels: dict[str, Any], file: str | None) -> str | Non
     return datetime.fromtimestamp(int(text), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _addresses(obj: dict[str, Any]) -> list[str]:
+def _addresses(obj: KubeNode) -> list[str]:
     out = []
     for a in (obj.get("status") or {}).get("addresses") or ():
         if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP") and isinstance(a.get("address"), str) \

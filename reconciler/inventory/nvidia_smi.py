@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from types import EllipsisType
+from typing import Any, Callable, cast
 
 from reconciler.errors import InputError
+from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
 
 __all__ = ["parse_nvidia_smi_text"]
 
@@ -32,8 +35,9 @@ _STATES = {w.casefold(): w for w in ("Not Supported", "Not Started", "In Progres
 _SUMMARIES = {w.casefold(): w
               for w in ("Healthy", "Unhealthy", "Limited Capacity", "Not Supported")}
 # Health row -> (shift in the NVML health mask, word for value 1, word for value 2).
-# Value 1 is NVML's *_TRUE (condition present), 2 is *_FALSE; 0 is not supported.
-_HEALTH_BITS = {
+# Value 1 is NVML's *_TRUE (condition present), 2 is *_FALSE; 0 is not supported. No words: a
+# 4-bit field read by keyword (``_misconfig_code``).
+_HEALTH_BITS: dict[str, tuple[int, str, str] | tuple[int, None, None]] = {
     "bandwidth": (0, "degraded", "full"),
     "route recovery in progress": (2, "true", "false"),
     "route unhealthy": (4, "true", "false"),
@@ -53,7 +57,7 @@ def _uint(value: str) -> int:
     return int(value)
 
 
-def _word(table: dict[str, str], what: str):
+def _word(table: dict[str, str], what: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         try:
             return table[value.casefold()]
@@ -69,14 +73,15 @@ def _uuid(value: str) -> str:
 
 
 # Row label (casefolded) -> (NodeReport key, value parser).
-_FABRIC_ROWS = {
+_Row = tuple[str, Callable[[str], object]]
+_FABRIC_ROWS: dict[str, _Row] = {
     "state": ("state", _word(_STATES, "one of " + ", ".join(_STATES.values()))),
     "status": ("status", str),
     "cliqueid": ("cliqueId", _uint),
     "clusteruuid": ("clusterUuid", _uuid),
 }
-_SUMMARY_ROW = ("healthSummary", _word(_SUMMARIES, "one of " + ", ".join(_SUMMARIES.values())))
-_PLATFORM_ROWS = {
+_SUMMARY_ROW: _Row = ("healthSummary", _word(_SUMMARIES, "one of " + ", ".join(_SUMMARIES.values())))
+_PLATFORM_ROWS: dict[str, _Row] = {
     "chassis serial number": ("chassisSerial", str),
     "slot number": ("slotNumber", _uint),
     "tray index": ("trayIndex", _uint),
@@ -94,14 +99,15 @@ class _Gpu:
     __slots__ = ("index", "pci", "uuid", "fabric", "fabric_line", "health", "platform")
 
     def __init__(self, index: int, pci: str | None = None) -> None:
-        self.index, self.pci, self.uuid = index, pci, ...   # ... = no GPU UUID row seen
-        self.fabric: dict | None = None
+        self.index, self.pci = index, pci
+        self.uuid: str | None | EllipsisType = ...   # ... = no GPU UUID row seen
+        self.fabric: dict[str, Any] | None = None
         self.fabric_line = 0
         self.health: dict[int, int | None] = {}
-        self.platform: dict | None = None
+        self.platform: dict[str, Any] | None = None
 
-    def report(self) -> dict:
-        out: dict = {"index": self.index}
+    def report(self) -> Gpu:
+        out: Gpu = {"index": self.index}
         if self.uuid is not ...:
             out["uuid"] = self.uuid
         if self.pci is not None:
@@ -110,9 +116,10 @@ class _Gpu:
             if self.health:  # at least one detail row: compose the mask, or null if all N/A
                 known = [(s, v) for s, v in self.health.items() if v is not None]
                 self.fabric["healthMask"] = sum(v << s for s, v in known) if known else None
-            out["fabric"] = self.fabric
+            # Both filled row by row under the NodeReport keys of _FABRIC_ROWS and _PLATFORM_ROWS.
+            out["fabric"] = cast(GpuFabric, self.fabric)
         if self.platform is not None:
-            out["platform"] = self.platform
+            out["platform"] = cast(GpuPlatform, self.platform)
         return out
 
 
@@ -125,9 +132,10 @@ def _misconfig_code(value: str) -> int:
 
 
 def _health_code(label: str, value: str) -> int:
-    _, one, two = _HEALTH_BITS[label]
-    if one is None:
+    bits = _HEALTH_BITS[label]
+    if bits[1] is None:
         return _misconfig_code(value)
+    _, one, two = bits
     code = {one: 1, two: 2, "not supported": 0}.get(value.casefold())
     if code is None:
         raise ValueError(f"{one.title()}, {two.title()} or N/A")
@@ -154,7 +162,7 @@ def _collected_at(value: str) -> str | None:
     return stamp.isoformat() if stamp.tzinfo is not None else None
 
 
-def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict:
+def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> NodeReport:
     """Parse ``nvidia-smi -q`` text (whole or a fragment) into a NodeReport dict.
 
     Returns ``{"schemaVersion": 1, "hostname": ..., "source": "nvidia-smi", "gpus": [...],
@@ -237,7 +245,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict
             elif key == "health" and kind == "fabric":
                 stack.append((indent, "health", owner))
             else:
-                if any(key.startswith(row) for row in _ROW_LABELS.get(kind, ())):
+                if any(key.startswith(row) for row in _ROW_LABELS.get(kind or "", ())):
                     raise fail(f"expected `{label.split(':')[0].strip()} : <value>` "
                                "(label, ' : ', value)", lineno, field)
                 stack.append((indent, "other", None))
@@ -260,6 +268,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict
             continue
         if not value and key in _ROW_LABELS[kind]:
             raise fail("empty value; expected a value or N/A", lineno, field)
+        assert owner is not None  # these sections are opened only with their GPU
         if kind == "health" and key in _HEALTH_BITS:
             shift = _HEALTH_BITS[key][0]
             if shift in owner.health:
@@ -278,6 +287,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict
         if spec is None:
             continue  # rows we do not model (Peer Type, GPU Fabric GUID, newer drivers' rows)
         name, parse = spec
+        assert target is not None  # opening the section set it to {}
         if name in target:
             raise fail("duplicate row", lineno, field)
         try:
@@ -292,7 +302,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> dict
         if gpu.fabric is not None and "state" not in gpu.fabric:
             raise fail("Fabric section has no State row; expected `State : <state>`",
                        gpu.fabric_line, "Fabric")
-    report: dict = {"schemaVersion": 1, "hostname": hostname, "source": "nvidia-smi"}
+    report: NodeReport = {"schemaVersion": 1, "hostname": hostname, "source": "nvidia-smi"}
     if collected_at is not None:
         report["collectedAt"] = collected_at
     report["gpus"] = [gpu.report() for gpu in gpus]

@@ -26,10 +26,12 @@ import socket
 import uuid as uuidlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable
 
 from reconciler.errors import RackctlError
 from reconciler.inventory.imex import read_imex_state
+from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
 
 __all__ = ["collect_node_report", "FabricInfoV1", "FabricInfoV2", "FabricInfoV3", "PlatformInfoV1",
            "PlatformInfoV2", "FABRIC_V2", "FABRIC_V3", "PLATFORM_V1", "PLATFORM_V2", "status_words"]
@@ -108,7 +110,7 @@ def status_words(code: int) -> str:
 
 
 def collect_node_report(*, hostname: str | None = None, addresses: list[str] | None = None,
-                        now: datetime | None = None, imex_root: Path = Path("/")) -> dict[str, Any]:
+                        now: datetime | None = None, imex_root: Path = Path("/")) -> NodeReport:
     """Read every GPU through NVML and return one NodeReport dict (schemaVersion 1).
 
     Shape: ``{"schemaVersion": 1, "hostname", "source": "nvml", "collectedAt": RFC 3339 UTC,
@@ -139,7 +141,7 @@ def collect_node_report(*, hostname: str | None = None, addresses: list[str] | N
             "gpus": gpus, "imex": read_imex_state(imex_root)}
 
 
-def _init():
+def _init() -> ModuleType:
     try:
         import pynvml
     except ImportError:  # pragma: no cover - a declared dependency
@@ -153,10 +155,11 @@ def _init():
                                hint="run discover on a GPU node with the NVIDIA driver installed") from None
         raise RackctlError(f"NVML could not start: {status_words(exc.value)} (nvmlReturn_t {exc.value})",
                            hint="is the NVIDIA driver loaded? check `nvidia-smi`") from None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
-def _check(pynvml, fn, name: str, *args):
+def _check(pynvml: ModuleType, fn: Callable[..., Any], name: str, *args: object) -> Any:
     try:
         return fn(*args)
     except pynvml.NVMLError as exc:
@@ -168,14 +171,14 @@ def _text(value: bytes | str) -> str:
     return value.decode("ascii", "replace") if isinstance(value, bytes) else value
 
 
-def _gpu(pynvml, index: int) -> dict[str, Any]:
+def _gpu(pynvml: ModuleType, index: int) -> Gpu:
     handle = _check(pynvml, pynvml.nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex", index)
     try:
         uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
         pci = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
     except pynvml.NVMLError as exc:
         raise RackctlError(f"GPU {index}: reading its UUID/PCI bus id failed: {status_words(exc.value)}") from None
-    gpu: dict[str, Any] = {"index": index, "uuid": uuid or None, "pciBusId": pci or None}
+    gpu: Gpu = {"index": index, "uuid": uuid or None, "pciBusId": pci or None}
     fabric = read_fabric(pynvml, handle, index)
     if fabric is not None:
         gpu["fabric"] = fabric
@@ -185,16 +188,17 @@ def _gpu(pynvml, index: int) -> dict[str, Any]:
     return gpu
 
 
-def _call(pynvml, name: str, handle, struct: ctypes.Structure) -> int:
+def _call(pynvml: ModuleType, name: str, handle: object, struct: ctypes.Structure) -> int:
     """Call NVML ``name(handle, &struct)``; the nvmlReturn_t (FUNCTION_NOT_FOUND if absent)."""
     try:
         fn = pynvml._nvmlGetFunctionPointer(name)
     except pynvml.NVMLError as exc:
-        return exc.value
+        rc: int = exc.value
+        return rc
     return int(fn(handle, ctypes.byref(struct)))
 
 
-def read_fabric(pynvml, handle, index: int) -> dict[str, Any] | None:
+def read_fabric(pynvml: ModuleType, handle: object, index: int) -> GpuFabric | None:
     """NodeReport ``fabric`` of one GPU at the highest level the driver answers; None if none does."""
     levels = ((3, "nvmlDeviceGetGpuFabricInfoV", FabricInfoV3, FABRIC_V3),
               (2, "nvmlDeviceGetGpuFabricInfoV", FabricInfoV2, FABRIC_V2),
@@ -211,10 +215,10 @@ def read_fabric(pynvml, handle, index: int) -> dict[str, Any] | None:
     return None
 
 
-def decode_fabric(info: ctypes.Structure, level: int) -> dict[str, Any]:
+def decode_fabric(info: ctypes.Structure, level: int) -> GpuFabric:
     """NodeReport ``fabric`` from a filled fabric struct of ``level`` 1 (legacy), 2 or 3."""
     state = info.state
-    out: dict[str, Any] = {"state": _STATES[state] if state < len(_STATES) else None}
+    out: GpuFabric = {"state": _STATES[state] if state < len(_STATES) else None}
     done = state == _COMPLETED
     out["status"] = status_words(info.status) if done else None
     out["cliqueId"] = int(info.cliqueId) if done else None
@@ -227,7 +231,7 @@ def decode_fabric(info: ctypes.Structure, level: int) -> dict[str, Any]:
     return out
 
 
-def read_platform(pynvml, handle, index: int) -> dict[str, Any] | None:
+def read_platform(pynvml: ModuleType, handle: object, index: int) -> GpuPlatform | None:
     """NodeReport ``platform`` via nvmlDeviceGetPlatformInfo (v2, then v1); None where unsupported."""
     for cls, version in ((PlatformInfoV2, PLATFORM_V2), (PlatformInfoV1, PLATFORM_V1)):
         info = cls(version=version)

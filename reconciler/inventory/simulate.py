@@ -19,9 +19,9 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from reconciler.errors import InputError
+from reconciler.nodereport import Gpu, GpuFabric, NodeReport
 from reconciler.text import hostlist
 
 #: PCI bus IDs and NVML module IDs of the four GPUs of a GB200/GB300 compute tray (module IDs
@@ -87,7 +87,7 @@ def check_spec(spec: SimSpec) -> None:
                          "'gb-r{rack:04d}-n{tray:02d}'", field="--host-format") from None
 
 
-def simulate(spec: SimSpec) -> tuple[list[dict[str, Any]], list[SimRack]]:
+def simulate(spec: SimSpec) -> tuple[list[NodeReport], list[SimRack]]:
     """Build the fleet: ``(NodeReports in rack/tray order, racks)``. Raises ``InputError``."""
     check_spec(spec)
     rng = random.Random(spec.seed)
@@ -100,7 +100,7 @@ def simulate(spec: SimSpec) -> tuple[list[dict[str, Any]], list[SimRack]]:
         for _ in range(getattr(spec, kind)):
             fault_of[slots.pop()] = kind
 
-    nodes: list[dict[str, Any]] = []
+    nodes: list[NodeReport] = []
     per_clique = spec.trays // spec.cliques
     for r, rack in enumerate(racks):
         for t in range(spec.trays):
@@ -116,8 +116,8 @@ def simulate(spec: SimSpec) -> tuple[list[dict[str, Any]], list[SimRack]]:
 
 
 def _node(spec: SimSpec, host: str, rack: SimRack, r: int, t: int, domain: str, clique: int,
-          fault: str | None) -> dict[str, Any]:
-    gpus = []
+          fault: str | None) -> NodeReport:
+    gpus: list[Gpu] = []
     for g in range(spec.gpus):
         gpus.append({
             "index": g,
@@ -131,7 +131,7 @@ def _node(spec: SimSpec, host: str, rack: SimRack, r: int, t: int, domain: str, 
             "collectedAt": spec.collected_at, "source": "simulated", "gpus": gpus}
 
 
-def _fabric(domain: str, clique: int, fault: str | None) -> dict[str, Any]:
+def _fabric(domain: str, clique: int, fault: str | None) -> GpuFabric:
     if fault == "in_progress":
         return {"state": "In Progress", "status": None, "clusterUuid": None, "cliqueId": None,
                 "healthMask": None, "healthSummary": None}

@@ -57,11 +57,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from reconciler.errors import InputError, RackctlError
 from reconciler.guard import boundedrun
+from reconciler.ids import Hostname
 from reconciler.inventory.store import MAX_INVENTORY_BYTES, check_node
+from reconciler.nodereport import NodeReport
 from reconciler.text import hostlist
 
 MARKER = "rackctl-node: "
@@ -84,20 +86,20 @@ MAX_LINE_BYTES = 64 * 1024
 DEFAULT_TIMEOUT_S = 900.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class CollectResult:
     """``nodes``: valid NodeReports by host name; ``failures``: host (or ``task N``) -> why;
     ``expected``: the node names asked for."""
 
     expected: list[str]
-    nodes: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[NodeReport] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     srun_exit: int | None = None
     srun_stderr: str = ""
     timed_out: bool = False
 
 
-def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackctl") -> list[str]:
+def srun_command(nodes: list[Hostname], *, partition: str | None, agent: str = "rackctl") -> list[str]:
     """The srun argv that runs ``agent discover`` once on each of ``nodes``."""
     script = (f'echo "{MARKER}$SLURMD_NODENAME"; '
               f'exec {shlex.quote(agent)} discover --hostname "$SLURMD_NODENAME"')
@@ -109,7 +111,7 @@ def srun_command(nodes: list[str], *, partition: str | None, agent: str = "rackc
     return argv
 
 
-def partition_nodes(partition: str) -> list[str]:
+def partition_nodes(partition: str) -> list[Hostname]:
     """Responding nodes of ``partition`` as ``sinfo --noheader --responding --partition=P
     --format=%N`` prints them (compressed host lists, one per line), expanded. Raises
     ``RackctlError`` when sinfo is missing, fails, times out, prints too much or names more
@@ -126,7 +128,7 @@ def partition_nodes(partition: str) -> list[str]:
         raise RackctlError(f"sinfo printed more than {exc.args[0] // 2**20} MiB; killed") from None
     if proc.returncode != 0:
         raise RackctlError(f"sinfo failed (exit {proc.returncode}): {_tail(proc.stderr)}")
-    names: list[str] = []
+    names: list[Hostname] = []
     hosts = hostlist.Expander(f"`sinfo --partition={partition}`")
     for line in proc.stdout.split():
         names.extend(hosts.expand(line, field="sinfo output"))
@@ -143,7 +145,7 @@ def require_srun() -> None:
                            hint="run it on a Slurm login node, or add Slurm's bin directory to PATH")
 
 
-def collect(nodes: list[str], *, partition: str | None = None, timeout: float | None = None,
+def collect(nodes: list[Hostname], *, partition: str | None = None, timeout: float | None = None,
             agent: str = "rackctl", on_progress: Callable[[int, int], None] | None = None) -> CollectResult:
     """Run the agent on ``nodes`` through one srun; see the module docstring.
 
@@ -248,7 +250,7 @@ def collect(nodes: list[str], *, partition: str | None = None, timeout: float | 
     return result
 
 
-def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | None, str]:
+def _parse_report(body: str, host: str, task: int) -> tuple[NodeReport | None, str]:
     if not body.strip():
         return None, "printed no report"
     try:
@@ -264,10 +266,10 @@ def _parse_report(body: str, host: str, task: int) -> tuple[dict[str, Any] | Non
         return None, f"invalid NodeReport: {exc}"
     if doc["hostname"] != host:
         return None, f"its report names host {doc['hostname']!r}, but srun ran it on {host}; refused"
-    return doc, ""
+    return cast(NodeReport, doc), ""  # checked against the schema above
 
 
-class _Exits(dict):
+class _Exits(dict[int, str]):
     """task number -> srun's message about it; ``host_of(task)`` -> the node srun named."""
 
     def __init__(self) -> None:
@@ -383,7 +385,7 @@ def _lines(stream: Any, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
 
 def summary(result: CollectResult) -> list[str]:
     """Human lines for stderr: one per failed node, sorted naturally."""
-    def key(name: str) -> tuple:
+    def key(name: str) -> tuple[int, hostlist.NaturalKey | tuple[str]]:
         try:
             return (0, hostlist.natural_key(name))
         except InputError:

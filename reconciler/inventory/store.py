@@ -12,10 +12,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from reconciler.errors import InputError
 from reconciler.guard.atomicfile import atomic_write, out_folder
+from reconciler.nodereport import NodeReport
 from reconciler.text import hostlist, schemas
 from reconciler.text.yamlsource import display_path, read_text
 
@@ -41,7 +42,7 @@ MAX_INT_DIGITS = 4301
 
 
 def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = None,
-                   on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+                   on_progress: Callable[[int, int], None] | None = None) -> list[NodeReport]:
     """Load every NodeReport under ``path`` (directory or file), validated, in a stable order.
 
     Returns the list of NodeReport dicts (directory: by file name; file: as written).
@@ -66,7 +67,7 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
         shown = shown_names[0]
     if path.is_dir() and not files:
         raise InputError("inventory directory holds no *.json NodeReports", file=display_path(path))
-    nodes: list[dict[str, Any]] = []
+    nodes: list[NodeReport] = []
     where: dict[str, str] = {}
     # One file holds all the nodes (or a directory holds one node per file): count what is many.
     per_file = on_progress if path.is_dir() else None
@@ -118,7 +119,8 @@ def _check_count(count: int, what: str, where: str) -> None:
                          "2,000-rack fleet)", file=where)
 
 
-def check_node(node: dict[str, Any], *, file: str, place: str, prefix: tuple = (), floats: bool = True) -> None:
+def check_node(node: Mapping[str, Any], *, file: str, place: str, prefix: tuple[str | int, ...] = (),
+               floats: bool = True) -> None:
     """Check one NodeReport beyond JSON parsing: the schema, one entry per GPU index, and a host
     name Slurm's hostlists can hold. ``place`` names it in errors (``FILE: nodes[3]``).
 
@@ -150,11 +152,17 @@ class _DuplicateKey(ValueError):
     pass
 
 
+def _add(seen: set[str], key: str) -> bool:
+    """``seen.add(key)`` as a false condition (the first time a key is met)."""
+    seen.add(key)
+    return False
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        key = next(k for k, _ in pairs if k in seen or _add(seen, k))
         host = obj.get("hostname")
         raise _DuplicateKey(key, f" (the NodeReport of {host})" if isinstance(host, str) else "")
     return obj
@@ -166,7 +174,7 @@ def _json_kind(value: Any) -> str:
     return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
-def _check_gpu_indexes(node: dict[str, Any], place: str) -> None:
+def _check_gpu_indexes(node: Mapping[str, Any], place: str) -> None:
     """Two GPUs of one host with one index are two reports glued together, not one host."""
     first: dict[int, int] = {}
     for i, gpu in enumerate(node.get("gpus") or ()):
@@ -226,12 +234,12 @@ class _JsonReader:
                              line=line) from None
 
 
-def dump_report(node: dict[str, Any]) -> str:
+def dump_report(node: Mapping[str, object]) -> str:
     """Canonical JSON text of one document (sorted keys, 2-space indent, final newline)."""
     return json.dumps(node, indent=2, sort_keys=True) + "\n"
 
 
-def write_inventory(nodes: list[dict[str, Any]], *, out_dir: Path | None = None, out_file: Path | None = None,
+def write_inventory(nodes: list[NodeReport], *, out_dir: Path | None = None, out_file: Path | None = None,
                     on_progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write NodeReports as ``out_dir/<hostname>.json`` files or one ``out_file``.
 

@@ -9,18 +9,19 @@ refuses such a plan unless told ``--allow-stale-inventory``.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from reconciler.diagnostics import WARNING, Diagnostic
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent
 from reconciler.inventory.store import parse_time
+from reconciler.nodereport import NodeReport
 from reconciler.text import hostlist
 
 #: How far in the future a report may be dated before it counts as clock skew (seconds).
 CLOCK_SKEW_TOLERANCE_S = 300
 
 
-def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str], reporting: set[str],
+def check(intent: Intent, nodes: list[NodeReport], placed: set[Hostname], reporting: set[Hostname],
           now: dt.datetime) -> list[Diagnostic]:
     """Staleness, clock skew and completeness diagnostics (warnings). ``placed``: the trays of the
     placed slices; ``reporting``: the hosts present in the inventory; ``now``: an aware datetime."""

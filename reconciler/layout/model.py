@@ -8,19 +8,20 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from reconciler.diagnostics import Diagnostic
+from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 
 #: The prefix of every reason rackctl gives a tray it takes out of service (a Slurm drain reason,
 #: a Kubernetes cordon annotation); a drain without it is an operator's.
 REASON_PREFIX = "rackctl:"
 
 
-def flat_name(slice_name: str) -> str:
+def flat_name(slice_name: SliceName) -> BlockName:
     """``r01/s0`` -> ``r01-s0``: a slice's name where ``/`` cannot stand (a Slurm block name, a
     Kubernetes label value)."""
-    return slice_name.replace("/", "-")
+    return BlockName(slice_name.replace("/", "-"))
 
 
-def rack_of(slice_name: str) -> str:
+def rack_of(slice_name: SliceName) -> str:
     """``r01/s0`` -> ``r01``: the rack a slice is cut from (a whole-rack slice is named like it)."""
     return slice_name.split("/", 1)[0]
 
@@ -34,9 +35,9 @@ class History:
     address of each tray as last applied, kept for a tray that stops reporting so that its
     scripts do not change."""
 
-    slices: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    topologies: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    imex_addresses: tuple[tuple[str, str], ...] = ()  # (host, IMEX address) as last applied
+    slices: tuple[tuple[SliceName, tuple[Hostname, ...]], ...] = ()
+    topologies: tuple[tuple[str, tuple[SliceName, ...]], ...] = ()
+    imex_addresses: tuple[tuple[Hostname, str], ...] = ()  # (host, IMEX address) as last applied
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,12 @@ class Slice:
     report, else the slice name). ``cliques``: each tray's clique key, aligned with ``trays`` (the
     slice's for a tray that reports none)."""
 
-    name: str
+    name: SliceName
     rack: str
-    trays: tuple[str, ...]
-    domain: str | None
-    clique: str
-    cliques: tuple[str, ...]
+    trays: tuple[Hostname, ...]
+    domain: ClusterUUID | None
+    clique: CliqueKey | SliceName
+    cliques: tuple[CliqueKey | SliceName, ...]
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Position:
     the position is kept so that later slices do not shift (a target that cannot hold it removes
     it)."""
 
-    slice: str
+    slice: SliceName
     held: bool = False
 
 
@@ -73,8 +74,8 @@ class Tier:
     largest job in trays that ``policy.maxJobSpan`` allows; None for cluster)."""
 
     name: str
-    slices: frozenset[str]
-    trays: tuple[str, ...]
+    slices: frozenset[SliceName]
+    trays: tuple[Hostname, ...]
     positions: tuple[Position, ...]
     span_limit: int | None
 
@@ -84,8 +85,8 @@ class TrayState:
     """A tray to take out of service: ``cause`` (a finding's cause, ``not-reporting``, or why its
     slice is drained whole); the reason a target shows is ``REASON_PREFIX`` + " " + cause."""
 
-    tray: str
-    slice: str
+    tray: Hostname
+    slice: SliceName
     cause: str
 
     @property
@@ -104,19 +105,19 @@ class Layout:
 
     slices: tuple[Slice, ...]
     positions: tuple[Position, ...]
-    gone: tuple[str, ...]
+    gone: tuple[SliceName, ...]
     tiers: tuple[Tier, ...]
     tray_states: tuple[TrayState, ...]
-    duplicates: tuple[tuple[str, str], ...]
+    duplicates: tuple[tuple[SliceName, SliceName], ...]
     diagnostics: tuple[tuple[str, tuple[Diagnostic, ...]], ...]
 
     @property
-    def placed(self) -> set[str]:
+    def placed(self) -> set[Hostname]:
         """Every tray of a placed slice."""
         return {h for s in self.slices for h in s.trays}
 
     @property
-    def slice_of(self) -> dict[str, str]:
+    def slice_of(self) -> dict[Hostname, SliceName]:
         """Tray -> the name of its placed slice."""
         return {h: s.name for s in self.slices for h in s.trays}
 

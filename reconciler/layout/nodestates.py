@@ -14,6 +14,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.ids import Hostname, SliceName
 from reconciler.intent.model import Damping
 from reconciler.layout.model import REASON_PREFIX, TrayState
 
@@ -39,8 +40,8 @@ class HealthHistory:
     unhealthy, RFC 3339; consecutive passes); ``healthy_since``: host -> first pass seen healthy
     again, for trays rackctl drained."""
 
-    unhealthy: dict[str, tuple[str, int]] = field(default_factory=dict)
-    healthy_since: dict[str, str] = field(default_factory=dict)
+    unhealthy: dict[Hostname, tuple[str, int]] = field(default_factory=dict)
+    healthy_since: dict[Hostname, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"unhealthy": {h: {"since": s, "passes": n} for h, (s, n) in sorted(self.unhealthy.items())},
@@ -52,7 +53,7 @@ class HealthHistory:
         unhealthy_doc, healthy_doc = doc["unhealthy"], doc["healthySince"]
         if not isinstance(unhealthy_doc, dict) or not isinstance(healthy_doc, dict):
             raise TypeError("'unhealthy' and 'healthySince' must be objects")
-        unhealthy = {}
+        unhealthy: dict[Hostname, tuple[str, int]] = {}
         for h, v in unhealthy_doc.items():
             passes = v["passes"]
             if isinstance(passes, bool) or not isinstance(passes, int) or passes < 0:
@@ -67,8 +68,8 @@ class NodeRow:
     pending-drain | pending-resume (damping holds it), drained (already as desired),
     operator (drained by someone else: left alone), listed (no controller read)."""
 
-    node: str
-    slice_name: str
+    node: Hostname
+    slice_name: SliceName
     action: str
     reason: str
     note: str = ""
@@ -82,7 +83,7 @@ class NodeRow:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodePlan:
     """The node rows of this pass, and the history to save if the pass is applied."""
 
@@ -98,8 +99,9 @@ class NodePlan:
         return [r for r in self.rows if r.action == "resume"]
 
 
-def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[str, str], live: dict[str, LiveState] | None,
-               history: HealthHistory, damping: Damping, now: dt.datetime) -> NodePlan:
+def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[Hostname, SliceName],
+               live: dict[Hostname, LiveState] | None, history: HealthHistory, damping: Damping,
+               now: dt.datetime) -> NodePlan:
     """Decide this pass's drains and resumes.
 
     ``desired``: the layout's trays to take out of service; ``slice_of``: host -> slice for every

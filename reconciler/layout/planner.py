@@ -11,9 +11,11 @@ taken out of service in place; a slice below ``minHealthyShare`` is taken out wh
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Callable
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.fabric.model import Fabric, Tray
+from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 from reconciler.intent.model import Intent, Rack, tier_slices_per_rack
 from reconciler.layout.model import History, Layout, Position, Slice, Tier, TrayState, flat_name, rack_of
 from reconciler.text import hostlist
@@ -23,15 +25,15 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
     """Compute the layout. Problems become diagnostics, never exceptions."""
     diags: list[Diagnostic] = []
     owner = _match_racks(intent, fabric, diags)
-    hist_by_rack: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    hist_by_rack: dict[str, list[tuple[SliceName, tuple[Hostname, ...]]]] = defaultdict(list)
     for name, nodes in history.slices:
         if nodes:  # a held position has no trays
             hist_by_rack[rack_of(name)].append((name, nodes))
 
-    matched: dict[str, list[str]] = defaultdict(list)
+    matched: dict[str, list[Hostname]] = defaultdict(list)
     for host, rack_name in owner.items():
         matched[rack_name].append(host)
-    slices: dict[str, list[tuple[str, list[str]]]] = {}  # rack -> [(slice name, members)]
+    slices: dict[str, list[tuple[SliceName, list[Hostname]]]] = {}  # rack -> [(slice name, members)]
     for rack in intent.racks:
         members = _members(rack, matched[rack.name], owner, hist_by_rack.get(rack.name, []))
         _check_one_domain(rack, members, fabric, diags)
@@ -68,27 +70,27 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
                   tuple(tray_states), duplicates, tuple(stages))
 
 
-def _placed_slice(name: str, rack: str, trays: tuple[str, ...], fabric: Fabric) -> Slice:
+def _placed_slice(name: SliceName, rack: str, trays: tuple[Hostname, ...], fabric: Fabric) -> Slice:
     """A placed slice with the NVLink domain and cliques its trays report."""
-    reported = [t for t in map(fabric.trays.get, trays) if t is not None]
+    found = [fabric.trays.get(h) for h in trays]
+    reported = [t for t in found if t is not None]
     domain = next((t.cluster_uuid for t in reported if t.cluster_uuid), None)
-    keys = Counter(str(t.clique_key) for t in reported if t.clique_key)
-    clique = keys.most_common(1)[0][0] if keys else name
-    cliques = tuple(str(t.clique_key) if t is not None and t.clique_key else clique
-                    for t in map(fabric.trays.get, trays))
+    keys = Counter(t.clique_key for t in reported if t.clique_key)
+    clique: CliqueKey | SliceName = keys.most_common(1)[0][0] if keys else name
+    cliques = tuple(t.clique_key if t is not None and t.clique_key else clique for t in found)
     return Slice(name, rack, trays, domain, clique, cliques)
 
 
-def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[str, str]:
+def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dict[Hostname, str]:
     """host -> rack for every discovered tray a selector matches."""
-    owner: dict[str, str] = {}
+    owner: dict[Hostname, str] = {}
     for rack in intent.racks:
         if rack.select_kind == "hosts":
             hosts = [h for h in hostlist.expand(rack.select_value) if h in fabric.trays]
         elif rack.select_kind == "chassisSerial":
             hosts = fabric.by_chassis.get(rack.select_value, [])
         else:
-            hosts = fabric.by_domain.get(rack.select_value, [])
+            hosts = fabric.by_domain.get(ClusterUUID(rack.select_value), [])
         for h in hosts:
             if h in owner:
                 diags.append(Diagnostic(ERROR, "host-two-racks", f"tray {h} is matched by racks "
@@ -98,8 +100,8 @@ def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dic
     return owner
 
 
-def _members(rack: Rack, matched: list[str], owner: dict[str, str],
-             hist: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+def _members(rack: Rack, matched: list[Hostname], owner: dict[Hostname, str],
+             hist: list[tuple[SliceName, tuple[Hostname, ...]]]) -> list[Hostname]:
     """Every tray of the rack: ``matched`` by its selector, named-but-missing (hosts selector)
     and previously applied trays that no other rack has taken since."""
     members = set(matched)
@@ -110,8 +112,8 @@ def _members(rack: Rack, matched: list[str], owner: dict[str, str],
     return sorted(members, key=hostlist.natural_key)
 
 
-def _check_one_domain(rack: Rack, members: list[str], fabric: Fabric, diags: list[Diagnostic]) -> None:
-    domains: dict[str, list[str]] = defaultdict(list)
+def _check_one_domain(rack: Rack, members: list[Hostname], fabric: Fabric, diags: list[Diagnostic]) -> None:
+    domains: dict[ClusterUUID, list[Hostname]] = defaultdict(list)
     for h in members:
         tray = fabric.trays.get(h)
         if tray and tray.cluster_uuid:
@@ -123,13 +125,14 @@ def _check_one_domain(rack: Rack, members: list[str], fabric: Fabric, diags: lis
                                 hardware=True))
 
 
-def _slice(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
-           hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
+def _slice(rack: Rack, intent: Intent, members: list[Hostname], fabric: Fabric,
+           hist: list[tuple[SliceName, tuple[Hostname, ...]]], diags: list[Diagnostic]
+           ) -> list[tuple[SliceName, list[Hostname]]]:
     mode = rack.slicing.mode
     if mode == "whole":
-        out = [(rack.name, members)]
+        out = [(SliceName(rack.name), members)]
     elif mode == "explicit":
-        out = [(f"{rack.name}/{n}", hostlist.expand(hl)) for n, hl in rack.slicing.explicit]
+        out = [(SliceName(f"{rack.name}/{n}"), hostlist.expand(hl)) for n, hl in rack.slicing.explicit]
         named = {h for _, hs in out for h in hs}
         stray = [h for h in members if h not in named]
         if stray:
@@ -158,7 +161,8 @@ def _slice(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
     return out
 
 
-def tray_order_key(members: list[str], fabric: Fabric):
+def tray_order_key(members: list[Hostname], fabric: Fabric
+                   ) -> Callable[[Hostname], tuple[int | None, hostlist.NaturalKey] | hostlist.NaturalKey]:
     """The sort key of a rack's trays: tray index from platform info when every tray of ``members``
     has one, else natural hostname order."""
     trays = [fabric.trays.get(h) for h in members]
@@ -167,12 +171,13 @@ def tray_order_key(members: list[str], fabric: Fabric):
     return hostlist.natural_key
 
 
-def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
-                 hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
-    size, names = rack.slice_size, rack.declared_slice_names() or []
-    assigned: dict[str, list[str]] = {n: [] for n in names}
+def _slice_equal(rack: Rack, members: list[Hostname], fabric: Fabric,
+                 hist: list[tuple[SliceName, tuple[Hostname, ...]]], diags: list[Diagnostic]
+                 ) -> list[tuple[SliceName, list[Hostname]]]:
+    size, names = rack.slice_size, [SliceName(n) for n in rack.declared_slice_names() or []]
+    assigned: dict[SliceName, list[Hostname]] = {n: [] for n in names}
     member_set = set(members)
-    placed: set[str] = set()
+    placed: set[Hostname] = set()
     # Trays keep the slice they were applied in, so a lost tray never shifts the others. An
     # applied block always held exactly one declared slice; one of another size means the intent
     # changed the slicing (count or trays), and the rack is cut afresh in tray order.
@@ -196,14 +201,15 @@ def _slice_equal(rack: Rack, members: list[str], fabric: Fabric,
     return [(n, sorted(assigned[n], key=hostlist.natural_key)) for n in names]
 
 
-def _slice_cliques(rack: Rack, intent: Intent, members: list[str], fabric: Fabric,
-                   hist: list[tuple[str, tuple[str, ...]]], diags: list[Diagnostic]) -> list[tuple[str, list[str]]]:
+def _slice_cliques(rack: Rack, intent: Intent, members: list[Hostname], fabric: Fabric,
+                   hist: list[tuple[SliceName, tuple[Hostname, ...]]], diags: list[Diagnostic]
+                   ) -> list[tuple[SliceName, list[Hostname]]]:
     hist_slice = {h: name for name, nodes in hist for h in nodes}
-    groups: dict[str, list[str]] = defaultdict(list)
+    groups: dict[SliceName, list[Hostname]] = defaultdict(list)
     for h in members:
         tray = fabric.trays.get(h)
         if tray is not None and tray.clique_id is not None:
-            groups[f"{rack.name}/c{tray.clique_id}"].append(h)
+            groups[SliceName(f"{rack.name}/c{tray.clique_id}")].append(h)
         elif h in hist_slice:
             groups[hist_slice[h]].append(h)
         else:
@@ -226,9 +232,9 @@ def _slice_cliques(rack: Rack, intent: Intent, members: list[str], fabric: Fabri
     return [(n, groups[n]) for n in sorted(groups, key=hostlist.natural_key)]
 
 
-def _check_slice(rack: Rack, slice_name: str, members: list[str], fabric: Fabric,
+def _check_slice(rack: Rack, slice_name: SliceName, members: list[Hostname], fabric: Fabric,
                  diags: list[Diagnostic]) -> None:
-    cliques: dict[str, list[str]] = defaultdict(list)
+    cliques: dict[CliqueKey, list[Hostname]] = defaultdict(list)
     for h in members:
         tray = fabric.trays.get(h)
         if tray is not None and tray.clique_key is not None:
@@ -240,9 +246,9 @@ def _check_slice(rack: Rack, slice_name: str, members: list[str], fabric: Fabric
                                 "contradicts the fabric", slice_name, hardware=True))
 
 
-def _health(intent: Intent, slice_name: str, members: list[str], fabric: Fabric,
+def _health(intent: Intent, slice_name: SliceName, members: list[Hostname], fabric: Fabric,
             diags: list[Diagnostic]) -> list[TrayState]:
-    causes: dict[str, str] = {}
+    causes: dict[Hostname, str] = {}
     for h in members:
         tray: Tray | None = fabric.trays.get(h)
         if tray is None:
@@ -269,8 +275,9 @@ def _health(intent: Intent, slice_name: str, members: list[str], fabric: Fabric,
     return [TrayState(h, slice_name, causes[h]) for h in members if h in causes]
 
 
-def _place(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], history: History,
-           diags: list[Diagnostic]) -> tuple[list[tuple[str, str, tuple[str, ...]]], tuple[tuple[str, str], ...]]:
+def _place(intent: Intent, slices: dict[str, list[tuple[SliceName, list[Hostname]]]], history: History,
+           diags: list[Diagnostic]
+           ) -> tuple[list[tuple[SliceName, str, tuple[Hostname, ...]]], tuple[tuple[SliceName, SliceName], ...]]:
     """Order the slices with trays: racks keep their applied positions, new racks and slices are
     appended. A rack's slices stay consecutive; with the same slice count in every rack (required
     for aggregate blocks) each rack then starts at a multiple of its slice count.
@@ -281,15 +288,15 @@ def _place(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], histo
     hist_index = {flat_name(name): i for i, (name, _) in enumerate(history.slices)}  # flat: as a target names it
     big = len(hist_index) + len(intent.racks)
 
-    def rack_key(rack: Rack):
+    def rack_key(rack: Rack) -> tuple[int, int]:
         idx = [hist_index[flat_name(s)] for s, _ in slices[rack.name] if flat_name(s) in hist_index]
         return (min(idx) if idx else big, rack.index)
 
-    placed: list[tuple[str, str, tuple[str, ...]]] = []
-    seen: dict[str, str] = {}
-    duplicates: list[tuple[str, str]] = []
-    host_slice: dict[str, str] = {}
-    clashes: dict[tuple[str, str], list[str]] = {}
+    placed: list[tuple[SliceName, str, tuple[Hostname, ...]]] = []
+    seen: dict[BlockName, SliceName] = {}
+    duplicates: list[tuple[SliceName, SliceName]] = []
+    host_slice: dict[Hostname, SliceName] = {}
+    clashes: dict[tuple[SliceName, SliceName], list[Hostname]] = {}
     for rack in sorted(intent.racks, key=rack_key):
         ordered = sorted(enumerate(slices[rack.name]),
                          key=lambda p: (hist_index.get(flat_name(p[1][0]), big), p[0]))
@@ -315,8 +322,8 @@ def _place(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], histo
     return placed, tuple(duplicates)
 
 
-def _positions(placed: list[tuple[str, str, tuple[str, ...]]],
-               history: History) -> tuple[tuple[Position, ...], tuple[str, ...]]:
+def _positions(placed: list[tuple[SliceName, str, tuple[Hostname, ...]]],
+               history: History) -> tuple[tuple[Position, ...], tuple[SliceName, ...]]:
     """Every position: the placed slices, and a held position where each applied slice that is
     gone was, before the first placed slice applied after it (one with none after it is left
     out: nothing would shift). Also returns the gone slices, in their applied order."""
@@ -334,7 +341,7 @@ def _positions(placed: list[tuple[str, str, tuple[str, ...]]],
     return tuple(out), gone
 
 
-def _tiers(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], positions: tuple[Position, ...],
+def _tiers(intent: Intent, slices: dict[str, list[tuple[SliceName, list[Hostname]]]], positions: tuple[Position, ...],
            history: History, diags: list[Diagnostic]) -> tuple[Tier, ...]:
     """Each tier's slices, trays, positions and job span limit. A tier's positions keep a held one
     where it had a slice that is gone (per the live topologies), unless nothing of the tier follows."""
@@ -350,10 +357,10 @@ def _tiers(intent: Intent, slices: dict[str, list[tuple[str, list[str]]]], posit
         span_limit = {"slice": min((r.slice_size for r in racks), default=0),
                       "rack": min((r.slice_size * r.slice_count for r in racks), default=0),
                       "cluster": None}[intent.max_job_span]
-        names: dict[str, None] = {}
-        for ref in tier.slices:
-            names.update(dict.fromkeys([n for n, _ in slices.get(ref, [])] if "/" not in ref else [ref]))
-        trays: dict[str, None] = {}
+        names: dict[SliceName, None] = {}
+        for ref in tier.slices:  # a rack (all its slices) or one slice
+            names.update(dict.fromkeys([n for n, _ in slices.get(ref, [])] if "/" not in ref else [SliceName(ref)]))
+        trays: dict[Hostname, None] = {}
         for name in names:
             trays.update(dict.fromkeys(by_slice.get(name, ())))
         before = set(held.get(tier.name, ()))

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic
+from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import BlastRadius
 from reconciler.layout.nodestates import NodeRow
 from reconciler.text import hostlist
@@ -59,7 +60,7 @@ class Measure:
         return self.count / self.total if self.total else 0.0
 
 
-def removed_from_topology(live_blocks: list[tuple[str, tuple[str, ...]]], placed: set[str]) -> Measure:
+def removed_from_topology(live_blocks: list[tuple[BlockName, tuple[Hostname, ...]]], placed: set[Hostname]) -> Measure:
     """Trays of the live Slurm topology (``live_blocks``: ``(block, nodes)`` in file order, as
     ``targets.slurm.parse_blocks`` reads them) that no desired block holds (``placed``)."""
     live = {h for _, nodes in live_blocks for h in nodes}

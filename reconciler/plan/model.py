@@ -25,6 +25,8 @@ _STALE, _NODE_STATE = tagged(STALE), tagged(NODE_STATE)
 class _Word(str, Enum):
     """An enum whose members are the words the plan shows (``str()`` and f-strings give the word)."""
 
+    _value_: str
+
     def __str__(self) -> str:
         return self.value
 

@@ -280,7 +280,8 @@ def _first_difference(then: list[dict[str, Any]], now: list[dict[str, Any]]) -> 
     if then == now:
         return None
     first = next((i for i, (a, b) in enumerate(zip(then, now)) if a != b), min(len(now), len(then)))
-    return (then if first < len(then) else now)[first]["address"]
+    address: str = (then if first < len(then) else now)[first]["address"]
+    return address
 
 
 def check_unmoved(shown: Plan, now: Plan, intent: Intent, named: dict[str, list[str]]) -> None:

@@ -36,12 +36,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, overload
 
 from reconciler import __version__
 from reconciler.errors import InputError, TargetError, malformed_why
 from reconciler.guard.deadline import parse_duration
 from reconciler.guard.safedir import SafeDir, check_private
+from reconciler.ids import BlockName, Hostname
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.text import hostlist
 
@@ -90,6 +91,14 @@ def _tell_waiting(message: str) -> None:
     print(f"rackctl: {message}", file=sys.stderr, flush=True)
 
 
+@overload
+def digest(data: bytes) -> str: ...
+
+
+@overload
+def digest(data: bytes | None) -> str | None: ...
+
+
 def digest(data: bytes | None) -> str | None:
     """``sha256:<hex>`` of ``data``; None for a missing file."""
     return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
@@ -111,10 +120,10 @@ class AppliedRecord:
 
     config_dir: str
     files: dict[str, str | None]
-    blocks: tuple[tuple[str, tuple[str, ...]], ...]
+    blocks: tuple[tuple[BlockName, tuple[Hostname, ...]], ...]
     applied_at: str
     rackctl_version: str
-    imex_addresses: tuple[tuple[str, str], ...] = ()  # per-job IMEX: (host, address) as applied
+    imex_addresses: tuple[tuple[Hostname, str], ...] = ()  # per-job IMEX: (host, address) as applied
 
 
 class StateDir:

@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Protoc
 
 from reconciler.diagnostics import Diagnostic
 from reconciler.errors import RackctlError
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import History, Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
+from reconciler.nodereport import NodeReport
 from reconciler.plan.blastradius import Measure
 from reconciler.state.statedir import Held, StateDir
 
@@ -102,9 +104,9 @@ class Found:
     ``reports`` the NodeReports, ``addresses`` host -> the addresses a tray reports, ``domains``
     host -> its NVLink domain (cluster UUID), for the trays that report one."""
 
-    reports: list[dict[str, Any]]
-    addresses: dict[str, tuple[str, ...]]
-    domains: dict[str, str]
+    reports: list[NodeReport]
+    addresses: dict[Hostname, tuple[str, ...]]
+    domains: dict[Hostname, ClusterUUID]
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,14 @@ class TargetPass(Protocol):
     def config_findings(self) -> list[Diagnostic]:
         """Findings about the target's own live files and settings."""
 
-    def host_findings(self, found: Found, placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+    def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         """Findings and host drift entries (``{"address", "cause", "detail"}``) from the reports."""
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
         """Read the running scheduler (unless offline) and compare; its findings. Raises
         ``TargetError`` when it cannot be read."""
 
-    def blast_measures(self, placed: set[str]) -> list[Measure]:
+    def blast_measures(self, placed: set[Hostname]) -> list[Measure]:
         """What this plan takes away from this target's trays (``plan.blastradius``)."""
 
     def provenance(self) -> dict[str, Any]:
@@ -153,7 +155,7 @@ class TargetPass(Protocol):
     def node_rows(self) -> list[NodeRow]:
         """This pass's rows of trays taken out of service or back (empty when none compared)."""
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each tray the running scheduler holds out of service."""
 
     def moved(self, other: Any) -> dict[str, list[str]]:

@@ -14,9 +14,10 @@ import functools
 import itertools
 import math
 import re
-from typing import Iterable
+from typing import Any, Iterable, cast
 
 from reconciler.errors import InputError
+from reconciler.ids import Hostname
 
 #: Most host names one expression may expand to.
 MAX_HOSTS = 1_000_000
@@ -30,6 +31,18 @@ _BAD_NAME_CHARS = re.compile(r"[\[\],\s]")
 _TRAILING_DIGITS = re.compile(r"[0-9]+$")  # ASCII only: str(int) must give the digits back
 _NAT_TOKENS = re.compile(r"[0-9]+|[^0-9]")
 _BRACKETS = re.compile(r"\[([^\]]*)\]")
+
+# A bracket body parsed: its (lo, hi, width) ranges, width the digits of lo as written.
+_Ranges = list[tuple[int, int, int]]
+# One hostlist item parsed: its literals around the brackets and each bracket's ranges.
+_Item = tuple[list[str], list[_Ranges]]
+# strnatcmp tokens: (48, 1, number) | (48, 0, digits) | (code point,).
+_NatKey = tuple[tuple[int | str, ...], ...]
+#: ``natural_key``'s value: (prefix's strnatcmp key, has a number, width class, number).
+NaturalKey = tuple[_NatKey, int, tuple[int, int], int]
+# One run of ``_push``: [prefix, lo, hi, width] (str, int | None, int | None, int); a list because
+# merging extends ``hi`` in place.
+_Run = list[Any]
 
 
 def _fmt(number: int, width: int) -> str:
@@ -62,7 +75,7 @@ def _split_items(text: str, field: str | None) -> list[str]:
     return items
 
 
-def _parse_ranges(body: str, item: str, field: str | None) -> list[tuple[int, int, int]]:
+def _parse_ranges(body: str, item: str, field: str | None) -> _Ranges:
     """``01-03,7`` -> [(1, 3, 2), (7, 7, 1)]: (lo, hi, width); width is that of ``lo`` as written."""
     out = []
     for part in body.split(","):
@@ -80,7 +93,7 @@ def _parse_ranges(body: str, item: str, field: str | None) -> list[tuple[int, in
     return out
 
 
-def expand(hostlist: str, *, field: str | None = None) -> list[str]:
+def expand(hostlist: str, *, field: str | None = None) -> list[Hostname]:
     """Expand a Slurm hostlist expression into host names, as ``scontrol show hostnames`` does.
 
     ``"gb-r01-n[01-03],x[1,3-4]"`` -> ``["gb-r01-n01", "gb-r01-n02", "gb-r01-n03", "x1", "x3",
@@ -108,7 +121,7 @@ class Expander:
     def __init__(self, what: str, limit: int = MAX_HOSTS_PER_ANSWER) -> None:
         self.what, self.limit, self.used = what, limit, 0
 
-    def expand(self, text: str, *, field: str | None = None) -> list[str]:
+    def expand(self, text: str, *, field: str | None = None) -> list[Hostname]:
         """``expand(text, field=field)``, counted against the budget. Raises ``InputError`` as
         ``expand`` does, and ``TooManyHosts`` past ``limit`` names in all."""
         parsed, count = _parse(text, field)
@@ -119,7 +132,7 @@ class Expander:
         return _build(parsed)
 
 
-def _parse(hostlist: str, field: str | None) -> tuple[list[tuple[list[str], list]], int]:
+def _parse(hostlist: str, field: str | None) -> tuple[list[_Item], int]:
     """``hostlist`` checked and parsed: ([(literals, range groups)] per item, number of names).
     Raises ``InputError`` as ``expand`` does."""
     if not isinstance(hostlist, str) or not hostlist:
@@ -128,7 +141,8 @@ def _parse(hostlist: str, field: str | None) -> tuple[list[tuple[list[str], list
     if any(ch.isspace() for ch in hostlist):
         raise InputError(f"whitespace in hostlist {hostlist!r}; expected NAME[RANGES],... "
                          "with no spaces", field=field)
-    parsed, total = [], 0
+    parsed: list[_Item] = []
+    total = 0
     for item in _split_items(hostlist, field):
         pieces = _BRACKETS.split(item)  # literal, body, literal, body, ..., literal
         groups = [_parse_ranges(body, item, field) for body in pieces[1::2]]
@@ -140,7 +154,7 @@ def _parse(hostlist: str, field: str | None) -> tuple[list[tuple[list[str], list
     return parsed, total
 
 
-def _build(parsed: list[tuple[list[str], list]]) -> list[str]:
+def _build(parsed: list[_Item]) -> list[Hostname]:
     """The names of ``_parse``'s items, in scontrol's order (see ``expand``)."""
     names: list[str] = []
     for literals, groups in parsed:
@@ -156,10 +170,10 @@ def _build(parsed: list[tuple[list[str], list]]) -> list[str]:
         for combo in itertools.product(*(values[i] for i in order)):
             chosen = dict(zip(order, combo))
             names.append("".join(lit + chosen.get(i, "") for i, lit in enumerate(literals)))
-    return names
+    return cast("list[Hostname]", names)  # what a hostlist names are hosts
 
 
-def _nat(text: str) -> tuple:
+def _nat(text: str) -> _NatKey:
     """strnatcmp-style key (what Slurm sorts prefixes with): digit runs compare as numbers, but a
     run starting with '0' compares digit by digit and before any run without one; other
     characters compare by code point (case-sensitive)."""
@@ -199,7 +213,7 @@ def _width_class(number: int, width: int) -> tuple[int, int]:
     return (width, 0) if digits < width else (digits, 1)
 
 
-def natural_key(hostname: str) -> tuple:
+def natural_key(hostname: str) -> NaturalKey:
     """Sort key for natural host order as ``scontrol show hostlistsorted`` orders single names.
 
     Compares the part before the trailing number with strnatcmp rules, then a name without a
@@ -212,7 +226,7 @@ def natural_key(hostname: str) -> tuple:
 
 
 @functools.lru_cache(maxsize=1 << 18)
-def _natural_key(hostname: str) -> tuple:
+def _natural_key(hostname: str) -> NaturalKey:
     # Cached: a fleet's plan sorts the same 36,000 names many times over (racks, slices, blocks,
     # partitions, IMEX maps); the regex work is done once per name.
     prefix, number, digits = _split(hostname)
@@ -221,11 +235,11 @@ def _natural_key(hostname: str) -> tuple:
     return _nat(prefix), 1, _width_class(number, len(digits)), number
 
 
-def _push(hosts: Iterable[tuple[str, int | None, str]]) -> list[list]:
+def _push(hosts: Iterable[tuple[str, int | None, str]]) -> list[_Run]:
     """Merge hosts into [prefix, lo, hi, width] runs in the given order, the way Slurm builds a
     hostlist: a host joins the previous run when it is the next number and reads the same at
     the run's width (so n9,n10 merge, n9,n09 do not, n09,n10 merge)."""
-    runs: list[list] = []
+    runs: list[_Run] = []
     for prefix, number, digits in hosts:
         last = runs[-1] if runs else None
         if (number is not None and last is not None and last[1] is not None and last[0] == prefix
@@ -236,10 +250,10 @@ def _push(hosts: Iterable[tuple[str, int | None, str]]) -> list[list]:
     return runs
 
 
-def _render(runs: list[list]) -> str:
-    out = []
-    for (prefix, numbered), group in itertools.groupby(runs, key=lambda r: (r[0], r[1] is not None)):
-        group = list(group)
+def _render(runs: list[_Run]) -> str:
+    out: list[str] = []
+    for (prefix, numbered), grouped in itertools.groupby(runs, key=lambda r: (r[0], r[1] is not None)):
+        group = list(grouped)
         if not numbered:  # names without a number are never bracketed
             out.extend(r[0] for r in group)
             continue
@@ -272,7 +286,7 @@ def compress(hosts: Iterable[str], *, sort: bool = True) -> str:
     # each run with that run's class and merge again.
     # Rank the distinct prefixes once (36,000 names share ~2,000), so the big sort compares ints.
     rank = {p: i for i, p in enumerate(sorted({r[0] for r in runs}, key=_nat))}
-    keyed = []
+    keyed: list[tuple[tuple[int, int, int, int, int], tuple[str, int | None, str]]] = []
     for prefix, lo, hi, width in runs:
         if lo is None:
             keyed.append(((rank[prefix], 0, 0, 0, 0), (prefix, None, "")))

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import jsonschema_rs
 
@@ -42,14 +42,20 @@ def validator(name: str) -> jsonschema.protocols.Validator:
     published schemas resolves by their ``$id``."""
     import jsonschema
 
-    schema = load(name)
+    schema = _load(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return _strict(cls)(schema, registry=_registry())
 
 
+def schema(name: str) -> dict[str, Any]:
+    """The published schema ``schemas/<name>.schema.json`` as parsed (cached and shared: never
+    change it)."""
+    return _load(name)
+
+
 @functools.lru_cache(maxsize=None)
-def _strict(cls):
+def _strict(cls: type[jsonschema.protocols.Validator]) -> type[jsonschema.protocols.Validator]:
     """``cls`` with two rules tightened to what rackctl can use:
 
     - ``integer`` is an int, never a float: JSON Schema lets ``18.0`` pass, and it would render
@@ -59,29 +65,32 @@ def _strict(cls):
     """
     import jsonschema
 
-    def is_integer(checker, instance):
+    def is_integer(checker: jsonschema.TypeChecker, instance: object) -> bool:
         return isinstance(instance, int) and not isinstance(instance, bool)
 
-    def pattern(validator, patrn, instance, schema):
+    def pattern(validator: jsonschema.protocols.Validator, patrn: str, instance: Any,
+                schema: Mapping[str, Any]) -> Iterator[jsonschema.ValidationError]:
         if validator.is_type(instance, "string") and not _anchored(patrn).search(instance):
             yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
 
     checker = cls.TYPE_CHECKER.redefine("integer", is_integer)
-    return jsonschema.validators.extend(cls, {"pattern": pattern}, type_checker=checker)
+    strict: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(
+        cls, {"pattern": pattern}, type_checker=checker)
+    return strict
 
 
 @functools.lru_cache(maxsize=None)
-def _anchored(patrn: str) -> re.Pattern:
+def _anchored(patrn: str) -> re.Pattern[str]:
     if patrn.endswith("$") and not patrn.endswith("\\$"):
         patrn = patrn[:-1] + "\\Z"
     return re.compile(patrn)
 
 
 @functools.lru_cache(maxsize=None)
-def load(name: str) -> dict[str, Any]:
-    """The published schema ``name`` as a JSON document (cached and shared: read it, never
-    change it; neither validator changes a schema it is given)."""
-    return json.loads((schema_dir() / f"{name}.schema.json").read_text(encoding="utf-8"))
+def _load(name: str) -> dict[str, Any]:
+    # Cached and shared: neither validator changes a schema it is given.
+    schema: dict[str, Any] = json.loads((schema_dir() / f"{name}.schema.json").read_text(encoding="utf-8"))
+    return schema
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,7 +98,7 @@ def _registry() -> referencing.Registry:
     import referencing
 
     return referencing.Registry().with_resources(
-        (load(n)["$id"], referencing.Resource.from_contents(load(n))) for n in _names())
+        (_load(n)["$id"], referencing.Resource.from_contents(_load(n))) for n in _names())
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,12 +106,12 @@ def _fast(name: str) -> jsonschema_rs.Validator:
     # jsonschema-rs (Rust) decides valid or not ~9x faster than fastjsonschema on 36,000
     # NodeReports (0.1 s against 0.9 s). Valid data (the common case) never reaches jsonschema,
     # which explains what is wrong. Its regexes are ECMA 262's, as the schemas' patterns are.
-    return jsonschema_rs.validator_for(load(name), registry=_fast_registry(), offline=True)
+    return jsonschema_rs.validator_for(_load(name), registry=_fast_registry(), offline=True)
 
 
 @functools.lru_cache(maxsize=None)
 def _fast_registry() -> jsonschema_rs.Registry:
-    return jsonschema_rs.Registry([(load(n)["$id"], load(n)) for n in _names()])
+    return jsonschema_rs.Registry([(_load(n)["$id"], _load(n)) for n in _names()])
 
 
 def _names() -> list[str]:
@@ -131,7 +140,7 @@ def first_error(name: str, data: Any, *, floats: bool = True) -> jsonschema.Vali
     # jsonschema (with the rules of ``_strict``) has the last word: the fast validator also
     # refuses what it cannot represent (NaN reads as null), which later checks name better.
     errors = list(validator(name).iter_errors(data))
-    best = jsonschema.exceptions.best_match(errors)
+    best: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(errors)
     while best is not None and best.validator in ("oneOf", "anyOf") and best.context:
         branches: dict[Any, list[jsonschema.ValidationError]] = {}
         for sub in best.context:
@@ -146,8 +155,8 @@ def first_error(name: str, data: Any, *, floats: bool = True) -> jsonschema.Vali
     return best
 
 
-def check(name: str, data: Any, *, locate: Callable[[tuple, str], InputError] | None = None,
-          file: str | None = None, prefix: tuple = (), floats: bool = True) -> None:
+def check(name: str, data: Any, *, locate: Callable[[tuple[str | int, ...], str], InputError] | None = None,
+          file: str | None = None, prefix: tuple[str | int, ...] = (), floats: bool = True) -> None:
     """Validate ``data`` against schema ``name``; raise one ``InputError`` for the first violation.
 
     ``locate(path, message)`` builds the error (so YAML callers can add the line); otherwise the
@@ -195,8 +204,11 @@ def describe(err: jsonschema.ValidationError) -> str:
     """A schema violation in words a user can act on ("expected ...")."""
     schema = err.schema if isinstance(err.schema, dict) else {}
     hint = schema.get("description")
+    # Set on every error a validator yields (the stubs allow them unset, as on a hand-made one).
+    instance: Any = err.instance
+    value: Any = err.validator_value
     if err.validator == "pattern":
-        msg = f"{err.instance!r} is not allowed here; expected {hint or 'a value matching ' + err.validator_value}"
+        msg = f"{instance!r} is not allowed here; expected {hint or 'a value matching ' + value}"
     elif err.validator == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
         msg = f"{err.message}; allowed keys: {', '.join(allowed)}"
@@ -204,13 +216,13 @@ def describe(err: jsonschema.ValidationError) -> str:
         if guesses:
             msg += f" (did you mean {guesses[0]!r}?)"
     elif err.validator in ("enum", "const"):
-        allowed = err.validator_value if err.validator == "enum" else [err.validator_value]
-        msg = f"{err.instance!r} is not allowed; expected one of: {', '.join(map(repr, allowed))}"
+        allowed = value if err.validator == "enum" else [value]
+        msg = f"{instance!r} is not allowed; expected one of: {', '.join(map(repr, allowed))}"
     elif err.validator in ("minProperties", "maxProperties") and hint:
         msg = f"{err.message}; expected {hint}"
     elif err.validator in ("maxLength", "maxItems"):  # the input bounds: say the limit, not the value
         unit = "characters" if err.validator == "maxLength" else "items"
-        msg = f"{len(err.instance):,} {unit}; expected at most {err.validator_value:,} {unit}"
+        msg = f"{len(instance):,} {unit}; expected at most {value:,} {unit}"
     else:
         bounds = ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
         msg = err.message + (f" ({hint})" if hint and err.validator in bounds else "")

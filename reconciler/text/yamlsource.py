@@ -11,7 +11,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -105,7 +105,8 @@ def read_json_object(path: Path, *, what: str, max_bytes: int, hint: str, kind: 
     return doc
 
 
-def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error) -> bytes | None:
+def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int,
+                      error: Callable[[str], Exception]) -> bytes | None:
     """The bytes of the regular file ``path`` (following symlinks), or None when it is absent.
 
     Reads at most ``max_bytes`` (a file growing under us cannot exhaust memory). Anything else
@@ -126,7 +127,7 @@ def read_bytes_capped(path: Path | str, *, what: str, max_bytes: int, error) -> 
         os.close(fd)
 
 
-def read_fd_capped(fd: int, *, what: str, max_bytes: int, error) -> bytes:
+def read_fd_capped(fd: int, *, what: str, max_bytes: int, error: Callable[[str], Exception]) -> bytes:
     """The bytes of the open file ``fd`` (opened ``O_NONBLOCK``), as ``read_bytes_capped``
     reads them: ``error(message)`` unless it is a regular file of at most ``max_bytes``."""
     try:
@@ -214,11 +215,13 @@ class _TooManyNodes(Exception):
     pass
 
 
-class _LineErrors:
+class _LineErrors(yaml.constructor.BaseConstructor):
     """A loader whose value errors name the line: PyYAML lets a malformed tagged or implicit
-    scalar (``2026-02-30``, ``!!int abc``) escape as a bare ``ValueError``."""
+    scalar (``2026-02-30``, ``!!int abc``) escape as a bare ``ValueError``. (It derives from
+    ``BaseConstructor`` only for the types: in a loader's order it comes before the loader's own
+    constructor.)"""
 
-    def construct_object(self, node, deep=False):
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
         except yaml.YAMLError:

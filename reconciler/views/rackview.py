@@ -23,9 +23,10 @@ cluster-wide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from reconciler.fabric.model import Fabric
+from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout, flat_name
 from reconciler.layout.planner import tray_order_key
@@ -67,9 +68,9 @@ _ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (D
 class _Block:
     """A slice as Slurm names its block (``name``, the ``slurm/block/NAME`` of drift entries)."""
 
-    name: str
-    slice_name: str
-    nodes: tuple[str, ...]
+    name: BlockName
+    slice_name: SliceName
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass(frozen=True)
@@ -124,14 +125,14 @@ class RackView:
                 "trays": len(self.trays), **{s: self.count(s) for s in COUNTED}, "drift": len(self.drift)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class FleetView:
     """Every rack in intent order; ``unplaced``: discovered trays in no slice (natural order);
     ``cluster_drift``: drift addresses no rack owns."""
 
     cluster: str
     racks: list[RackView]
-    unplaced: list[str] = field(default_factory=list)
+    unplaced: list[Hostname] = field(default_factory=list)
     cluster_drift: list[str] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
@@ -177,8 +178,8 @@ def fleet_view(run: Run) -> FleetView:
     def tray(host: str) -> _Tray:
         return trays.setdefault(host, _Tray())
 
-    for host, t in fabric.trays.items():
-        for f in t.findings:
+    for host, found in fabric.trays.items():
+        for f in found.findings:
             tray(host).add(HEALTHY, "fault" if f.drainable else "degraded", f"{f.cause}: {f.detail}")
     for row, mark in _node_rows(run):
         state, row_mark = _ROW[row["action"]]
@@ -186,9 +187,9 @@ def fleet_view(run: Run) -> FleetView:
         tray(row["node"]).add(state, mark if row_mark == "drain" else row_mark, note)
     _live_marks(run, tray)
     drift_hosts, drift_blocks, cluster_drift = _drift(run)
-    for host, addresses in drift_hosts.items():
+    for drifted, addresses in drift_hosts.items():
         for a in addresses:
-            tray(host).add(HEALTHY, "drift", f"drift: {a}")
+            tray(drifted).add(HEALTHY, "drift", f"drift: {a}")
 
     slice_by_name = {s.name: s for s in layout.slices}
     blocks_of: dict[str, list[_Block]] = {}
@@ -196,11 +197,11 @@ def fleet_view(run: Run) -> FleetView:
         s = slice_by_name.get(p.slice)
         if s is not None and not p.held:
             blocks_of.setdefault(s.rack, []).append(_Block(flat_name(s.name), s.name, s.trays))
-    placed: set[str] = set()
+    placed: set[Hostname] = set()
     racks = []
     for rack in run.intent.racks:
         blocks = blocks_of.get(rack.name, [])
-        slice_of: dict[str, str] = {}
+        slice_of: dict[Hostname, SliceName] = {}
         for b in blocks:
             for h in b.nodes:
                 slice_of.setdefault(h, b.slice_name)
@@ -235,7 +236,7 @@ def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
     return [(r.to_json(), p.mark) for p in run.passes.values() for r in p.node_rows()]
 
 
-def _live_marks(run: Run, tray) -> None:
+def _live_marks(run: Run, tray: Callable[[str], _Tray]) -> None:
     """What the running targets say: drained or down on the controller, tainted or cordoned Nodes."""
     for p in run.passes.values():
         for host, mark, note in p.held_out(run.plan):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
-from reconciler.diagnostics import ERROR, INFO, WARNING
+from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.guard.untrusted import code_span, fence, markdown, shown
 from reconciler.plan.model import Change, Plan, SlurmSection
 from reconciler.plan.wire import plan_document
@@ -85,7 +85,7 @@ def _shown_diff(diff: str, limit: int = 0) -> list[str]:
     return lines[:limit] + [f"... {len(lines) - limit} more diff lines (the JSON plan has them all)"]
 
 
-def _file_diff(c) -> list[str]:
+def _file_diff(c: Change) -> list[str]:
     # The per-job IMEX scripts are long and mostly fixed text: a few lines say enough here.
     return _shown_diff(c.diff, MAX_SCRIPT_DIFF_LINES if c.address.endswith(".sh") else 0)
 
@@ -143,9 +143,10 @@ def reload_line(plan: Plan, code: Callable[[str], str] = lambda cmd: f"`{cmd}`")
     """``Reload: apply runs `scontrol reconfigure` after writing the Slurm files.``, the command
     as ``code`` quotes it (markdown: a code span that no backtick inside can close); empty when
     apply runs no reload command."""
-    if _slurm(plan).reload is None:
+    reload = _slurm(plan).reload
+    if reload is None:
         return ""
-    return f"Reload: apply runs {code(shlex.join(_slurm(plan).reload))} after writing the Slurm files."
+    return f"Reload: apply runs {code(shlex.join(reload))} after writing the Slurm files."
 
 
 def taken_over(plan: Plan) -> list[tuple[str, str]]:
@@ -157,7 +158,7 @@ TAKEN_OVER_TITLE = ("Taken over (files in the Slurm config dir that rackctl has 
                     "needs --take-over):")
 
 
-def _change_line(c) -> str:
+def _change_line(c: Change) -> str:
     taken = f", taken over: {c.taken_over}" if c.taken_over else ""
     return f"  {_MARK[c.action]} {c.address} ({c.action}, cause: {c.cause}{taken}): {c.reason}"
 
@@ -303,12 +304,12 @@ def _markdown(plan: Plan, command: str) -> str:
 _CHANGE_HEADER, _CHANGE_RULE = "| | address | action | cause | reason |", "|---|---|---|---|---|"
 
 
-def _change_row(c) -> str:
+def _change_row(c: Change) -> str:
     cause = f"{c.cause}, **taken over** ({code_span(c.taken_over)})" if c.taken_over else c.cause
     return f"| {_MARK[c.action]} | {code_span(c.address)} | {c.action} | {cause} | {markdown(c.reason)} |"
 
 
-def _diagnostic_row(d) -> str:
+def _diagnostic_row(d: Diagnostic) -> str:
     return f"| {d.severity} | {code_span(d.code)} | {markdown(d.message)} |"
 
 

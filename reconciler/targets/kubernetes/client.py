@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 from reconciler.errors import InputError, TargetError
 from reconciler.guard import deadline, httpguard, redact
 from reconciler.guard.retry import RetryPolicy, retry_after_seconds
+from reconciler.ids import Hostname
 from reconciler.targets.kubernetes import renderers
 from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, Served, label_selector
 
@@ -77,7 +78,7 @@ class LiveNode:
     ``taints``: the whole ``spec.taints`` list; ``ready``: the Ready condition is True;
     ``cordon_reason``: rackctl's cordon annotation (empty when rackctl did not cordon it)."""
 
-    name: str
+    name: Hostname
     labels: dict[str, str]
     unschedulable: bool
     taints: tuple[dict[str, Any], ...]
@@ -86,7 +87,7 @@ class LiveNode:
     cordon_reason: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LiveKubernetes:
     """What the server holds. ``served``: group -> kind -> versions offered, for the renderers'
     groups; ``objects``: address (``kubernetes/SHOWN/NAME``, ``objects``) -> object rackctl owns; ``unowned``: desired addresses that exist
@@ -94,7 +95,7 @@ class LiveKubernetes:
     server does not serve the API)."""
 
     served: Served
-    nodes: dict[str, LiveNode]
+    nodes: dict[Hostname, LiveNode]
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     unowned: dict[str, dict[str, Any]] = field(default_factory=dict)
     compute_domains: list[dict[str, Any]] | None = None
@@ -222,13 +223,16 @@ class KubeApi:
         groups = self._json("discover API groups", lambda: self._apis.get_api_versions(
             _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
         entries = _list_of(groups.get("groups"), "discover API groups: groups", self.server)
-        versions = next((tuple(v.get("version") for v in g.get("versions") or [] if isinstance(v, dict))
-                         for g in entries if g.get("name") == group), ())
+        versions: tuple[Any, ...] = next(  # as the server wrote them
+            (tuple(v.get("version") for v in g.get("versions") or [] if isinstance(v, dict))
+             for g in entries if g.get("name") == group), ())
         kinds: dict[str, list[str]] = {}
         for version in versions:
             what = f"discover {group}/{version}"
-            doc = self._json(what, lambda v=version: self._custom.get_api_resources(
-                group, v, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+            def resources(v: Any = version) -> Any:
+                return self._custom.get_api_resources(group, v, _preload_content=False,
+                                                      _request_timeout=REQUEST_TIMEOUT)
+            doc = self._json(what, resources)
             for r in _list_of(doc.get("resources"), f"{what}: resources", self.server):
                 if isinstance(r.get("name"), str) and "/" not in r["name"] and isinstance(r.get("kind"), str):
                     kinds.setdefault(r["kind"], []).append(version)
@@ -238,7 +242,7 @@ class KubeApi:
 
     def list_nodes(self, selector: str | None = None) -> Iterator[dict[str, Any]]:
         """Every Node (matching label selector ``selector``, when given), as API JSON, page by page."""
-        extra = {"label_selector": selector} if selector else {}
+        extra: dict[str, Any] = {"label_selector": selector} if selector else {}
         yield from self._pages("list Nodes", lambda **kw: self._core.list_node(_preload_content=False, **extra,
                                                                                **kw))
 
@@ -266,7 +270,8 @@ class KubeApi:
         longer holds the list's snapshot) the list starts again from the beginning, once; the
         items already handed out are not handed out again (each is as the first snapshot saw
         it), so no object is listed twice. Raises ``TargetError``."""
-        token, seen, restarted, count = None, set(), False, 0
+        token, restarted, count = None, False, 0
+        seen: set[str] = set()
         given: set[tuple[Any, Any]] = set()
         while True:
             kwargs: dict[str, Any] = {"limit": _PAGE, "_request_timeout": REQUEST_TIMEOUT}
@@ -290,7 +295,7 @@ class KubeApi:
                 raise TargetError(f"kubernetes: {what}: {self.server} listed more than {MAX_LIST_ITEMS} objects (the "
                                   "most rackctl reads of one kind); the list was not read")
             for item in items:
-                meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+                meta: dict[str, Any] = item["metadata"] if isinstance(item.get("metadata"), dict) else {}
                 key = (meta.get("namespace"), meta.get("name"))
                 if isinstance(key[1], str) and isinstance(key[0], (str, type(None))):  # else parse_node says so
                     if restarted and key in given:
@@ -506,7 +511,7 @@ class KubeReads(Protocol):
 
 
 def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: dict[str, str], label_prefix: str,
-              cordon_annotation: str, nodes: dict[str, LiveNode] | None = None,
+              cordon_annotation: str, nodes: dict[Hostname, LiveNode] | None = None,
               served: Served | None = None) -> LiveKubernetes:
     """Read what rackctl compares: the renderers' kinds served (``served``: already discovered,
     ``served_groups``), every Node (rackctl's labels only; ``nodes``: already read by
@@ -533,9 +538,9 @@ def read_live(api: KubeReads, desired_objects: list[KubeObject], owner_labels: d
     unowned = {}
     for obj in desired_objects:
         if obj.address not in objects:
-            doc = api.get(obj)
-            if doc is not None:
-                unowned[obj.address] = doc
+            held = api.get(obj)
+            if held is not None:
+                unowned[obj.address] = held
     domains = None
     cd_versions = api.served_kinds(COMPUTE_DOMAIN_GROUP).get("ComputeDomain", ())
     if cd_versions:
@@ -548,9 +553,9 @@ def served_groups(api: KubeReads) -> Served:
     return {group: api.served_kinds(group) for group in renderers.GROUPS}
 
 
-def read_nodes(api: KubeReads, label_prefix: str, cordon_annotation: str) -> dict[str, LiveNode]:
+def read_nodes(api: KubeReads, label_prefix: str, cordon_annotation: str) -> dict[Hostname, LiveNode]:
     """Every Node by name, parsed (``parse_node``). Raises ``TargetError``."""
-    nodes = {}
+    nodes: dict[Hostname, LiveNode] = {}
     for doc in api.list_nodes():
         node = parse_node(doc, label_prefix, cordon_annotation, api.server)
         nodes[node.name] = node
@@ -568,7 +573,9 @@ def parse_node(doc: dict[str, Any], label_prefix: str, cordon_annotation: str, s
     """A Node document -> ``LiveNode`` (labels: rackctl's keys only, ``is_rackctl_label``).
     Raises ``TargetError`` naming the Node and field for a document of the wrong shape."""
     meta = doc.get("metadata")
-    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        meta = {}
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise TargetError(f"kubernetes: list Nodes: {server} returned a Node without metadata.name")
 
@@ -592,7 +599,7 @@ def parse_node(doc: dict[str, Any], label_prefix: str, cordon_annotation: str, s
     labels = {k: v for k, v in all_labels.items() if is_rackctl_label(k, label_prefix) and isinstance(v, str)}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     reason = annotations.get(cordon_annotation, "")
-    return LiveNode(name, labels, spec.get("unschedulable") is True, tuple(taints), ready,
+    return LiveNode(Hostname(name), labels, spec.get("unschedulable") is True, tuple(taints), ready,
                     str(meta.get("resourceVersion", "")), reason if isinstance(reason, str) else "")
 
 

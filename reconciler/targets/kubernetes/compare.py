@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.diagnostics import ERROR, WARNING, Diagnostic
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import REASON_PREFIX, Layout
 from reconciler.layout.nodestates import HealthHistory, LiveState, NodePlan, plan_nodes
@@ -58,7 +59,7 @@ class NodePatch:
     unchanged); ``annotations`` key -> value (None deletes); ``resource_version``: the
     precondition, set when taints change (a list the patch replaces whole)."""
 
-    node: str
+    node: Hostname
     labels: dict[str, str | None] = field(default_factory=dict)
     taints: tuple[dict[str, Any], ...] | None = None
     unschedulable: bool | None = None
@@ -94,7 +95,7 @@ class KubeComparison:
     candidates: list[KubeObject]
     deletes: list[KubeObject]
     label_patches: list[NodePatch]
-    label_reasons: dict[str, str]
+    label_reasons: dict[Hostname, str]
     causes: dict[str, str]
     drift: list[dict[str, str]]
     diagnostics: list[Diagnostic]
@@ -114,7 +115,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
     drift: list[dict[str, str]] = []
     causes: dict[str, str] = {}
 
-    patches, reasons = [], {}
+    patches: list[NodePatch] = []
+    reasons: dict[Hostname, str] = {}
     missing = sorted(set(desired.node_labels) - set(live.nodes), key=hostlist.natural_key)
     if missing:
         diags.append(Diagnostic(WARNING, "kubernetes-node-missing", f"{len(missing)} placed tray(s) have no "
@@ -135,7 +137,7 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
             continue
         if node.labels == want:
             continue
-        change = {k: v for k, v in want.items() if node.labels.get(k) != v}
+        change: dict[str, str | None] = {k: v for k, v in want.items() if node.labels.get(k) != v}
         change.update({k: None for k in node.labels if k not in want})
         address = f"kubernetes/Node/{name}"
         hand = want and record.labels.get(name) == digest(want)

@@ -14,10 +14,11 @@ import datetime as dt
 from typing import Any
 
 from reconciler.diagnostics import WARNING, Diagnostic
+from reconciler.ids import Hostname, SliceName
 from reconciler.text import hostlist
 
 
-def check(domains: list[dict[str, Any]], slice_of: dict[str, str], out_of_service: set[str],
+def check(domains: list[dict[str, Any]], slice_of: dict[Hostname, SliceName], out_of_service: set[Hostname],
           not_ready_after_s: int, now: dt.datetime) -> list[Diagnostic]:
     """Warnings for ``domains`` (ComputeDomain documents). ``slice_of``: host -> slice of every
     placed tray; ``out_of_service``: hosts rackctl drains, taints or cordons."""

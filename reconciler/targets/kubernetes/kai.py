@@ -44,7 +44,7 @@ def levels(prefix: str) -> list[dict[str, str]]:
 class KaiRenderer:
     """The KAI scheduler's Topology of ``targets.kubernetes`` (``renderers.Renderer``)."""
 
-    kinds = (TOPOLOGY,)
+    kinds: tuple[ObjectKind, ...] = (TOPOLOGY,)
 
     def versions(self, target: KubernetesTarget, served: Served | None) -> dict[ObjectKind, str]:
         mode = _settings(target).get("topology", "auto")

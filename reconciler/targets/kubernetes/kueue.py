@@ -56,7 +56,7 @@ def choose_versions(pinned: str | None, served: dict[str, tuple[str, ...]] | Non
 class KueueRenderer:
     """The Kueue objects of ``targets.kubernetes`` (``renderers.Renderer``)."""
 
-    kinds = tuple(_TYPES.values())
+    kinds: tuple[ObjectKind, ...] = tuple(_TYPES.values())
 
     def versions(self, target: KubernetesTarget, served: Served | None) -> dict[ObjectKind, str]:
         chosen = choose_versions(target.kueue_version, None if served is None else served.get(GROUP, {}))

@@ -42,10 +42,11 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from reconciler.errors import InputError, TargetError
 from reconciler.guard import deadline, redact
+from reconciler.ids import Hostname
 from reconciler.targets.kubernetes.client import KubeApi, LiveNode, connect, read_nodes
 
 MODULE = "reconciler.targets.kubernetes.nodelist"
@@ -55,16 +56,18 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(LiveNode))
 class NodeListing:
     """A Node list under way in a child process (made by ``start``)."""
 
-    def __init__(self, proc: subprocess.Popen, stderr: IO[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None  # ``start`` pipes both
         self._proc = proc
+        self._stdin, self._stdout = proc.stdin, proc.stdout
         self._stderr = stderr
 
-    def result(self) -> tuple[dict[str, LiveNode], dict[str, int]]:
+    def result(self) -> tuple[dict[Hostname, LiveNode], dict[str, int]]:
         """Wait for the child: every Node by name, and the retries it made (reason -> count, as
         ``KubeApi.retried``). Raises the child's ``TargetError``/``InputError`` as it was raised
         there, or a ``TargetError`` when the child ended without an answer."""
-        out = self._proc.stdout.read()
-        self._proc.stdin.close()
+        out = self._stdout.read()
+        self._stdin.close()
         code = self._proc.wait()
         if self._stderr.closed:
             raise TargetError("kubernetes: list Nodes: cancelled")
@@ -93,13 +96,13 @@ class NodeListing:
         """Stop the child if it still runs (a pass that failed before it needed the Nodes); wait
         for it. Safe to call more than once."""
         if self._proc.poll() is None:
-            self._proc.stdin.close()  # the child's cue to exit
+            self._stdin.close()  # the child's cue to exit
             try:
                 self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout):
+        for stream in (self._stdin, self._stdout):
             stream.close()
         self._stderr.close()
 
@@ -127,8 +130,8 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
                           f"{exc.strerror or exc}") from None
     listing = NodeListing(proc, stderr)
     try:
-        proc.stdin.write(json.dumps(request).encode() + b"\n")
-        proc.stdin.flush()
+        listing._stdin.write(json.dumps(request).encode() + b"\n")
+        listing._stdin.flush()
     except OSError as exc:  # the child died at once
         listing.cancel()
         raise TargetError(f"kubernetes: list Nodes: the child process ({MODULE}) did not take its request: "
@@ -136,7 +139,7 @@ def start(kubeconfig: str | None, context: str | None, label_prefix: str, cordon
     return listing
 
 
-def _answer(request: dict) -> tuple:
+def _answer(request: dict[str, Any]) -> tuple[Any, ...]:
     try:
         with deadline.running(request["deadlineS"], timeout=request["timeoutS"]):  # what is left of the parent's
             api = KubeApi(connect(request["kubeconfig"], request["context"], client_retries=False))

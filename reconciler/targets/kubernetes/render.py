@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout, flat_name
 from reconciler.targets.kubernetes import renderers
@@ -24,7 +25,7 @@ from reconciler.targets.kubernetes.labelkeys import MANAGED_BY, domain_label, la
 from reconciler.targets.kubernetes.objects import KubeObject, ObjectKind, label_selector
 
 
-@dataclass
+@dataclass(frozen=True)
 class DesiredKubernetes:
     """The desired Kubernetes state. ``node_labels``: host -> {key: value} of every label under
     the prefix that the host should carry (hosts with none are absent); ``objects`` in apply
@@ -42,7 +43,7 @@ class DesiredKubernetes:
         return label_selector(self.owner_labels)
 
 
-def render_kubernetes(intent: Intent, layout: Layout, domain_of: dict[str, str],
+def render_kubernetes(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
                       versions: dict[ObjectKind, str]) -> DesiredKubernetes:
     """The desired labels and objects. ``domain_of``: host -> NVLink domain (cluster UUID) of
     every discovered tray; ``versions`` from ``renderers.choose_versions`` (a kind missing from it

@@ -14,6 +14,7 @@ from typing import Any
 from reconciler.diagnostics import Diagnostic
 from reconciler.errors import TargetError
 from reconciler.guard.untrusted import shown
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
@@ -23,7 +24,8 @@ from reconciler.plan.provenance import NOT_READ, Digest, canonical
 from reconciler.state.statedir import Held
 from reconciler.targets.kubernetes import snapshot, sync as kubesync
 from reconciler.targets.kubernetes.client import LiveKubernetes
-from reconciler.targets.kubernetes.sync import KubeOptions, KubePass
+from reconciler.targets.kubernetes.options import KubeOptions
+from reconciler.targets.kubernetes.sync import KubePass
 from reconciler.targets.protocol import ApplySettings, Context, Found, Progress, StageFindings
 from reconciler.text import hostlist
 
@@ -83,7 +85,7 @@ class KubernetesPass:
         self.options = options_of(ctx.options)
         self.node_read = node_read
         self.layout: Layout | None = None
-        self.domains: dict[str, str] = {}
+        self.domains: dict[Hostname, ClusterUUID] = {}
         self.kpass: KubePass | None = None
 
     def history(self) -> None:
@@ -96,7 +98,7 @@ class KubernetesPass:
     def config_findings(self) -> list[Diagnostic]:
         return []
 
-    def host_findings(self, found: Found, placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+    def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return [], []
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
@@ -112,7 +114,7 @@ class KubernetesPass:
         return kubesync.plan(self.ctx.intent, self.layout, self.domains, self.ctx.state.read_kube_record(), health,
                              now, self.options, offline=offline, replay=replay, node_read=node_read)
 
-    def blast_measures(self, placed: set[str]) -> list[blastradius.Measure]:
+    def blast_measures(self, placed: set[Hostname]) -> list[blastradius.Measure]:
         kpass, intent = self.kpass, self.ctx.intent
         if kpass is None or kpass.live is None or kpass.comparison is None:
             return []
@@ -140,10 +142,10 @@ class KubernetesPass:
         cmp = self.kpass.comparison if self.kpass is not None else None
         return cmp.nodes.rows if cmp is not None and cmp.nodes is not None else []
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each Node tainted out of service or cordoned."""
         live = self.kpass.live if self.kpass is not None else None
-        out = []
+        out: list[tuple[Hostname, str, str]] = []
         for name, node in sorted(live.nodes.items()) if live is not None else ():
             for t in node.taints:
                 if t.get("effect") in OUT_OF_SERVICE:

@@ -41,9 +41,9 @@ def _node_cut(doc: dict[str, Any], label_prefix: str, annotation: str) -> dict[s
     """A Node with only what ``targets.kubernetes.parse_node`` reads (a fleet's Nodes carry
     hundreds of labels and annotations rackctl never looks at); odd shapes are kept as they are,
     for the plan to reject as it would live."""
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
-    status = doc.get("status") if isinstance(doc.get("status"), dict) else {}
+    meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
+    spec: dict[str, Any] = doc["spec"] if isinstance(doc.get("spec"), dict) else {}
+    status: dict[str, Any] = doc["status"] if isinstance(doc.get("status"), dict) else {}
     labels, annotations = meta.get("labels"), meta.get("annotations")
     out_meta: dict[str, Any] = {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion", "")}
     if isinstance(labels, dict):
@@ -114,7 +114,7 @@ class ReplayKube:
                      if (doc.get("metadata") or {}).get("name") == obj.name), None)
 
     def list_compute_domains(self, version: str) -> list[dict[str, Any]]:
-        domains = self._doc["computeDomains"].get(version)
+        domains: list[dict[str, Any]] | None = self._doc["computeDomains"].get(version)
         if domains is None:
             raise TargetError(f"{self._source}: the live snapshot holds no ComputeDomains at {version}", hint=AGAIN)
         return domains
@@ -122,4 +122,5 @@ class ReplayKube:
     def _objects(self, kind: ObjectKind, version: str) -> list[dict[str, Any]]:
         # Every kind and version served was recorded (checked on load); one not served has no
         # objects, as the server would answer.
-        return self._doc["objects"].get(kind.group, {}).get(kind.kind, {}).get(version, [])
+        objects: list[dict[str, Any]] = self._doc["objects"].get(kind.group, {}).get(kind.kind, {}).get(version, [])
+        return objects

@@ -17,20 +17,22 @@ import json
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import yaml
 
 from reconciler.diagnostics import ERROR, INFO, Diagnostic
 from reconciler.errors import TargetError
+from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import Layout
 from reconciler.layout.nodestates import HealthHistory
 from reconciler.plan.model import Action, Cause, Change
+from reconciler.state.statedir import KubeRecord
 from reconciler.targets.kubernetes import computedomains, nodelist, renderers
 from reconciler.targets.kubernetes.client import (FIELD_MANAGER, MAX_IN_FLIGHT, KubeApi, KubeReads, LiveKubernetes,
                                                   LiveNode, read_live, read_nodes, served_groups)
-from reconciler.targets.kubernetes.compare import (KubeComparison, KubeRecord, compare, cordon_annotation, differences,
+from reconciler.targets.kubernetes.compare import (KubeComparison, NodePatch, compare, cordon_annotation, differences,
                                                    digest)
 from reconciler.targets.kubernetes.objects import KubeObject, Served
 from reconciler.targets.kubernetes.options import KubeOptions
@@ -75,11 +77,12 @@ class NodeRead:
     """The renderers' kinds served and every Node, being read while the inventory loads
     (``start_node_read``)."""
 
-    def __init__(self, future: Future, listing: nodelist.NodeListing | None) -> None:
+    def __init__(self, future: Future[tuple[KubeApi, Served, dict[Hostname, LiveNode]]],
+                 listing: nodelist.NodeListing | None) -> None:
         self._future = future
         self._listing = listing
 
-    def result(self) -> tuple[KubeApi, Served, dict[str, LiveNode]]:
+    def result(self) -> tuple[KubeApi, Served, dict[Hostname, LiveNode]]:
         """(the connection, the renderers' kinds served (``served_groups``), Node name -> Node);
         raises what reading raised (``TargetError``, ``InputError``)."""
         return self._future.result()
@@ -105,7 +108,7 @@ def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = Fa
     assert intent.kubernetes is not None
     prefix = intent.kubernetes.label_prefix
     annotation = cordon_annotation(prefix)
-    future: Future = Future()
+    future: Future[tuple[KubeApi, Served, dict[Hostname, LiveNode]]] = Future()
     # Connected (the client imported, the kubeconfig read) here, not in the thread: importing is
     # CPU work holding the GIL, and would starve the inventory's file reads of it.
     api = options.connect()
@@ -127,7 +130,7 @@ def start_node_read(intent: Intent, options: KubeOptions, *, in_child: bool = Fa
     return NodeRead(future, listing)
 
 
-def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: KubeRecord,
+def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID], record: KubeRecord,
          history: HealthHistory, now: dt.datetime, options: KubeOptions, *, offline: bool,
          replay: KubeReads | None = None, node_read: NodeRead | None = None) -> KubePass:
     """Plan the Kubernetes target. ``replay``: read a live snapshot instead of the server (no
@@ -145,6 +148,7 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: Kube
                                             "compared with what rackctl last applied (the state dir), not with the "
                                             "cluster", "kubernetes"))
         return kpass
+    api: KubeApi | KubeReads
     if node_read is not None:
         api, served, nodes = node_read.result()
     else:
@@ -165,7 +169,8 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: Kube
     kpass.drift += cmp.drift
     for p in cmp.label_patches:
         address = f"kubernetes/Node/{p.node}"
-        kpass.changes.append(Change("node", address, Action.UPDATE, cmp.causes[address], cmp.label_reasons[p.node]))
+        kpass.changes.append(Change("node", address, Action.UPDATE, Cause(cmp.causes[address]),
+                                    cmp.label_reasons[p.node]))
     if not missing:
         for obj in cmp.candidates:
             _dry_run(kpass, obj, options.force_conflicts, local=replay is not None)
@@ -173,7 +178,7 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[str, str], record: Kube
         kpass.changes.append(Change("object", obj.address, Action.DELETE, Cause.INTENT, "owned by rackctl, no longer in "
                                     "the intent", _diff(obj.address, obj.body, None)))
     for action, p, reason in cmp.health_patches:
-        kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", action, Cause.INTENT, reason))
+        kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", Action(action), Cause.INTENT, reason))
     if kpass.live.compute_domains is not None:
         out = {s.tray for s in layout.tray_states}
         kpass.diagnostics += computedomains.check(kpass.live.compute_domains, layout.slice_of, out,
@@ -198,7 +203,7 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
     for obj in desired.objects:
         wanted.add(obj.address)
         if record.objects.get(obj.address) != digest(obj.body):
-            action = "update" if obj.address in record.objects else "create"
+            action = Action.UPDATE if obj.address in record.objects else Action.CREATE
             changes.append(Change("object", obj.address, action, Cause.INTENT, f"{obj.type.shown} {obj.version}; {why}",
                                   _diff(obj.address, None, obj.body)))
     for address in sorted(set(record.objects) - wanted):
@@ -208,7 +213,7 @@ def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Chan
     return changes
 
 
-def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
+def _dry_run(kpass: KubePass, obj: KubeObject, force: bool, *, local: bool = False) -> None:
     """Dry-run one differing object: a real change, a conflict, or nothing after all. ``local``:
     no server to ask (a live snapshot), so the result is the live object with the desired fields
     laid over it; conflicts then show only at apply."""
@@ -226,11 +231,11 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
             return
         kpass.applies.append(obj)
         kpass.replaces.add(obj.address)
-        kpass.changes.append(Change("object", obj.address, Action.REPLACE, kpass.comparison.causes[obj.address],
+        kpass.changes.append(Change("object", obj.address, Action.REPLACE, Cause(kpass.comparison.causes[obj.address]),
                                     f"{replaced}: deleted and created again", _diff(obj.address, have, obj.body)))
         return
     try:
-        after = _laid_over(have or {}, obj.body) if local else kpass.api.apply(obj, dry_run=True, force=force)
+        after = _laid_over(have or {}, obj.body) if local else _writer(kpass).apply(obj, dry_run=True, force=force)
     except TargetError as exc:
         code = "kubernetes-conflict" if "HTTP 409" in exc.message else "kubernetes-rejected"
         kpass.diagnostics.append(Diagnostic(ERROR, code, exc.message + (f" ({exc.hint})" if exc.hint else ""),
@@ -242,7 +247,7 @@ def _dry_run(kpass: KubePass, obj, force: bool, *, local: bool = False) -> None:
     why = "; ".join(differences(obj.body, have)[:4]) if have is not None else f"{obj.kind} {obj.version}"
     kpass.applies.append(obj)
     kpass.changes.append(Change("object", obj.address, Action.CREATE if have is None else Action.UPDATE,
-                                kpass.comparison.causes[obj.address], why, diff))
+                                Cause(kpass.comparison.causes[obj.address]), why, diff))
 
 
 def _other_spec_managers(live: dict[str, Any]) -> list[str]:
@@ -306,8 +311,8 @@ def apply(kpass: KubePass, options: KubeOptions, *,
     (after the retries of ``targets.kubernetes``). ``on_progress(done, total)``: called with 0
     first, then after each write (a Node patch, an object applied or pruned). ``done``: filled
     in as writes land (and returned), so that after a failure the caller knows what did."""
-    api, cmp = kpass.api, kpass.comparison
-    assert api is not None and cmp is not None
+    api, cmp = _writer(kpass), kpass.comparison
+    assert cmp is not None
     done = done if done is not None else KubeApplied()
     total = len(cmp.label_patches) + len(kpass.applies) + len(cmp.health_patches) + len(cmp.deletes)
     writes = 0
@@ -340,7 +345,14 @@ def apply(kpass: KubePass, options: KubeOptions, *,
     return done
 
 
-def patch_nodes(api: KubeApi, patches: list, vanished: list[str], wrote: Callable[[], None], *,
+def _writer(kpass: KubePass) -> KubeApi:
+    """The pass's connection, for dry-runs and writes: only a pass that connected makes them (a
+    live snapshot's replay, ``KubeReads``, is read and never written)."""
+    assert kpass.api is not None
+    return cast(KubeApi, kpass.api)
+
+
+def patch_nodes(api: KubeApi, patches: list[NodePatch], vanished: list[str], wrote: Callable[[], None], *,
                 landed: set[str] | None = None) -> int:
     """Send ``patches`` (``kubeplan`` Node patches), at most ``MAX_IN_FLIGHT`` at a time: a fleet's
     first apply patches 36,000 Nodes, one round trip each. Returns how many were patched; the

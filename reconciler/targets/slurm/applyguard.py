@@ -39,8 +39,8 @@ def check(intent: Intent, live: LiveSlurm, state: StateDir, plan: Plan, *, take_
                           "slurm.conf; nothing was applied",
                           hint="set targets.slurm.configDir (or --slurm-config-dir) to the folder that holds "
                           "slurm.conf; `rackctl plan` still plans without one (a warning), e.g. on a CI runner")
-    cdir = os.path.realpath(intent.slurm.config_dir)
-    if os.path.commonpath([cdir, state.path]) == cdir:  # backups beside what they back up
+    real_cdir = os.path.realpath(intent.slurm.config_dir)
+    if os.path.commonpath([real_cdir, state.path]) == real_cdir:  # backups beside what they back up
         raise TargetError(f"the state dir {display_path(state.path)} is inside the Slurm config dir "
                           f"{display_path(intent.slurm.config_dir)}; rackctl keeps its lock, backups and "
                           "records apart from the files it manages; nothing was applied",

@@ -98,7 +98,8 @@ class RecordingFiles(DiskFiles):
         return self.entries.setdefault(snapshot_key(path, self.config_dir), {"kind": super().kind(path)})
 
     def kind(self, path: Path) -> Kind:
-        return self._kept(path)["kind"]
+        kind: Kind = self._kept(path)["kind"]
+        return kind
 
     def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
              follow: bool = True) -> bytes | None:
@@ -151,7 +152,8 @@ class ReplayFiles:
         return entry
 
     def kind(self, path: Path) -> Kind:
-        return self._entry(path)["kind"]
+        kind: Kind = self._entry(path)["kind"]
+        return kind
 
     def read(self, path: Path, *, what: str, max_bytes: int, error: Callable[[str], Exception],
              follow: bool = True) -> bytes | None:

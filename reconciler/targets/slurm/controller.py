@@ -18,10 +18,11 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun, deadline
+from reconciler.ids import BlockName, Hostname
 from reconciler.layout.model import REASON_PREFIX
 from reconciler.layout.nodestates import LiveState
 from reconciler.text import hostlist
@@ -33,6 +34,7 @@ BUSY_JOB_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"
 CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld",
                "SlurmctldLogFile", "TopologyPlugin")
 
+_T = TypeVar("_T")
 _TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+Nodes=(\S*)\s+BlockSize=(\d+)")
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -43,7 +45,7 @@ class NodeInfo:
     ``MIXED``, ``DOWN``, ``DRAIN``, ``POWERED_DOWN``, ``CLOUD``...); ``reason`` and ``reason_by``
     (the user who set it) are empty when unset."""
 
-    name: str
+    name: Hostname
     states: frozenset[str]
     reason: str = ""
     reason_by: str = ""
@@ -82,7 +84,7 @@ class Job:
     user: str
     states: tuple[str, ...]
     partition: str
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
 
 
 @dataclass
@@ -93,15 +95,15 @@ class Controller:
     why they could not be read."""
 
     version: tuple[int, int, int]
-    blocks: list[tuple[str, tuple[str, ...]]]
+    blocks: list[tuple[BlockName, tuple[Hostname, ...]]]
     block_sizes: list[int]
-    partitions: dict[str, tuple[str, ...]]
-    nodes: dict[str, NodeInfo]
+    partitions: dict[str, tuple[Hostname, ...]]
+    nodes: dict[Hostname, NodeInfo]
     jobs: list[Job]
     config: dict[str, str]
     qos: set[str] | None = None
     qos_unchecked: str = ""
-    busy: dict[str, list[int]] = field(default_factory=dict)
+    busy: dict[Hostname, list[int]] = field(default_factory=dict)
 
     @property
     def version_text(self) -> str:
@@ -141,7 +143,7 @@ def run_status(args: list[str], *, timeout: float = COMMAND_TIMEOUT_S) -> tuple[
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def _bounded(args: list[str], timeout: float, missing_hint: str) -> subprocess.CompletedProcess:
+def _bounded(args: list[str], timeout: float, missing_hint: str) -> subprocess.CompletedProcess[str]:
     """``boundedrun.run`` of a Slurm client command, its timeout cut to what is left of the
     pass's deadline (``deadline.cap``). Raises ``TargetError`` naming the command when it is
     missing, times out or prints too much."""
@@ -207,7 +209,7 @@ def _topology_text(run_command: Runner = run) -> str:
         raise
 
 
-def read_loaded() -> tuple[list[tuple[str, tuple[str, ...]]], list[int], dict[str, tuple[str, ...]]]:
+def read_loaded() -> tuple[list[tuple[BlockName, tuple[Hostname, ...]]], list[int], dict[str, tuple[Hostname, ...]]]:
     """What the controller runs now: (blocks, block sizes, partitions). Cheaper than
     ``read_controller``: used to verify an apply."""
     blocks, sizes = parse_topology(_topology_text())
@@ -225,7 +227,7 @@ def wait_until_up(timeout_s: float = 60, interval_s: float = 0.5) -> bool:
         time.sleep(interval_s)
 
 
-def update_nodes(hosts: list[str], state: str, reason: str | None = None) -> int:
+def update_nodes(hosts: list[Hostname], state: str, reason: str | None = None) -> int:
     """``scontrol update nodename=HOSTLIST state=STATE [reason=REASON]``, one call per 1,000 hosts
     (command lines stay short); returns the number of calls. ``state``: DRAIN or RESUME."""
     calls = 0
@@ -282,13 +284,13 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
-def parse_topology(text: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[int]]:
+def parse_topology(text: str) -> tuple[list[tuple[BlockName, tuple[Hostname, ...]]], list[int]]:
     """``scontrol show topology`` of topology/block -> (blocks by BlockIndex, sorted sizes of
     blocks and aggregated blocks). "No topology information available" -> no blocks. Raises
     ``TargetError`` for a block's nodes that are no hostlist, and past
     ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all blocks together."""
     hosts = hostlist.Expander("`scontrol show topology`")
-    blocks: list[tuple[int, str, tuple[str, ...]]] = []
+    blocks: list[tuple[int, BlockName, tuple[Hostname, ...]]] = []
     sizes: set[int] = set()
     for line in text.splitlines():
         m = _TOPO_LINE.match(line.strip())
@@ -298,27 +300,27 @@ def parse_topology(text: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[i
         if m[1] == "BlockName":
             nodes = _hosts(m[4] if m[4] != "(null)" else "", hosts, f"`scontrol show topology`: block {m[2]} "
                            f"has nodes {m[4]!r} that are not a hostlist")
-            blocks.append((int(m[3]), m[2], nodes))
+            blocks.append((int(m[3]), BlockName(m[2]), nodes))
     blocks.sort()
     return [(name, nodes) for _, name, nodes in blocks], sorted(sizes)
 
 
-def parse_nodes(doc: dict[str, Any]) -> dict[str, NodeInfo]:
+def parse_nodes(doc: dict[str, Any]) -> dict[Hostname, NodeInfo]:
     """``scontrol show nodes --json`` -> name -> NodeInfo. Raises ``TargetError`` on a document
     of another shape."""
-    out = {}
+    out: dict[Hostname, NodeInfo] = {}
     for n in _items(doc, "nodes"):
-        name = _text(n, "name", required=True)
+        name = Hostname(_text(n, "name", required=True))
         out[name] = NodeInfo(name, frozenset(_flags(n.get("state"), "state")), _text(n, "reason"),
                              _text(n, "reason_set_by_user"))
     return out
 
 
-def parse_partitions(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+def parse_partitions(doc: dict[str, Any]) -> dict[str, tuple[Hostname, ...]]:
     """``scontrol show partition --json`` -> name -> configured nodes (expanded; at most
     ``hostlist.MAX_HOSTS_PER_ANSWER`` in all partitions together, else ``TargetError``)."""
     hosts = hostlist.Expander("`scontrol show partition --json`")
-    out = {}
+    out: dict[str, tuple[Hostname, ...]] = {}
     for p in _items(doc, "partitions"):
         nodes = p.get("nodes") or {}
         if not isinstance(nodes, dict):
@@ -364,7 +366,7 @@ def _text(obj: dict[str, Any], key: str, *, required: bool = False) -> str:
     return value
 
 
-def _hosts(text: str, hosts: hostlist.Expander, what: str) -> tuple[str, ...]:
+def _hosts(text: str, hosts: hostlist.Expander, what: str) -> tuple[Hostname, ...]:
     """``text`` expanded by ``hosts`` (empty: none). Raises ``TargetError``: past the budget,
     naming the command and the limit; for a bad hostlist, ``what`` and why."""
     try:
@@ -390,7 +392,7 @@ def parse_config(text: str) -> dict[str, str]:
     return out
 
 
-def _parsed(args: list[str], parser, run_command: Runner = run):
+def _parsed(args: list[str], parser: Callable[[dict[str, Any]], _T], run_command: Runner = run) -> _T:
     """``parser(document of args)``; any error names the command."""
     try:
         return parser(_json(args, run_command))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
+from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import Intent
 from reconciler.plan.model import ControllerView
 from reconciler.targets.slurm import controller as slurm_controller
@@ -81,11 +82,13 @@ def _settings_not_loaded(on_disk: dict[str, str], running: dict[str, str]) -> li
     return out
 
 
-def _blocks_differ(a: list[tuple[str, tuple[str, ...]]], b: list[tuple[str, tuple[str, ...]]]) -> bool:
+def _blocks_differ(a: list[tuple[BlockName, tuple[Hostname, ...]]], b: list[tuple[BlockName, tuple[Hostname, ...]]]
+                   ) -> bool:
     return [(n, frozenset(h)) for n, h in a] != [(n, frozenset(h)) for n, h in b]
 
 
-def _first_block_difference(on_disk, running) -> str:
+def _first_block_difference(on_disk: list[tuple[BlockName, tuple[Hostname, ...]]],
+                            running: list[tuple[BlockName, tuple[Hostname, ...]]]) -> str:
     for i, ((fn, fh), (rn, rh)) in enumerate(zip(on_disk, running)):
         if fn != rn:
             return f"; first difference at position {i}: block {fn} vs {rn}"

@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
+from reconciler.ids import BlockName, CliqueKey, Hostname, SliceName
 from reconciler.intent.model import Intent, SlurmPartition, block_sizes, tier_block_sizes, tier_slices_per_rack
 from reconciler.layout.model import History, Layout, Position, flat_name, rack_of
 from reconciler.text import hostlist
@@ -26,10 +27,10 @@ class Block:
     ``nodes`` every tray of the slice in natural hostname order. A block without nodes is a
     placeholder (topology.yaml only): it holds the position of a slice that is gone."""
 
-    name: str
-    slice_name: str
+    name: BlockName
+    slice_name: SliceName
     rack: str
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
 
     @property
     def placeholder(self) -> bool:
@@ -45,7 +46,7 @@ class Partition:
 
     tier: str
     spec: SlurmPartition
-    nodes: tuple[str, ...]
+    nodes: tuple[Hostname, ...]
     max_nodes: int | None
     topology: str | None = None
     exclusive: bool = False  # OverSubscribe=EXCLUSIVE: per-job IMEX domains need whole trays
@@ -67,10 +68,10 @@ class Topology:
 class NodeState:
     """A desired Slurm node state (``DRAIN``) with its reason (``rackctl: <cause>``)."""
 
-    host: str
+    host: Hostname
     state: str
     reason: str
-    slice_name: str
+    slice_name: SliceName
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,13 @@ class ImexNode:
     the host name when none can be chosen) and ``clique`` (the NVLink partition key
     ``<clusterUUID>.<cliqueId>``, else its slice name), in natural host order."""
 
-    host: str
+    host: Hostname
     address: str
-    clique: str
-    slice_name: str
+    clique: CliqueKey | SliceName
+    slice_name: SliceName
 
 
-@dataclass
+@dataclass(frozen=True)
 class DesiredSlurm:
     """Everything rendered for Slurm, in position order, plus the diagnostics found on the way."""
 
@@ -104,7 +105,7 @@ class DesiredSlurm:
 
 
 def desired_slurm(intent: Intent, layout: Layout, history: History,
-                  addresses: dict[str, tuple[str, ...]]) -> DesiredSlurm:
+                  addresses: dict[Hostname, tuple[str, ...]]) -> DesiredSlurm:
     """The desired Slurm state. ``history``: what was applied (its slice positions, per-job IMEX
     addresses); ``addresses``: host -> the addresses each discovered tray reports. The diagnostics
     are the layout's with Slurm's own put after the stage each follows."""
@@ -196,7 +197,7 @@ def _topologies(intent: Intent, layout: Layout, blocks: list[Block], diags: list
     return out
 
 
-def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[str, tuple[str, ...]], history: History,
+def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[str, ...]], history: History,
                 diags: list[Diagnostic]) -> list[ImexNode]:
     """Each placed tray's IMEX address and clique for the per-job IMEX scripts.
 
@@ -207,14 +208,14 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[str, tuple[str, 
     network = ipaddress.ip_network(intent.slurm.imex.network) if intent.slurm.imex.network else None
     applied = dict(history.imex_addresses)
     out: list[ImexNode] = []
-    by_name: list[str] = []
-    seen: set[str] = set()
+    by_name: list[Hostname] = []
+    seen: set[Hostname] = set()
     for s in layout.slices:
         for h, clique in zip(s.trays, s.cliques):
             if h in seen:
                 continue  # a tray in two slices is already an error (host-two-slices)
             seen.add(h)
-            address = h
+            address: str = h
             if network is not None and h not in addresses:
                 address = applied.get(h, h)
             elif network is not None:
@@ -223,7 +224,7 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[str, tuple[str, 
                 if not inside:
                     by_name.append(h)
             out.append(ImexNode(h, address, clique, s.name))
-    owners: dict[str, list[str]] = defaultdict(list)
+    owners: dict[str, list[Hostname]] = defaultdict(list)
     for n in out:
         owners[n.address].append(n.host)
     shared = {a: hs for a, hs in owners.items() if len(hs) > 1}
@@ -240,7 +241,7 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[str, tuple[str, 
     return out
 
 
-def _in_network(address: str, network) -> bool:
+def _in_network(address: str, network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
     """Whether ``address`` is a plain (unscoped) IP inside ``network``; anything else is not."""
     try:
         ip = ipaddress.ip_address(address)

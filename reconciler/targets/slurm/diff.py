@@ -7,13 +7,14 @@ rackctl has no record of writing is *taken over* by the change that replaces or 
 from __future__ import annotations
 
 import difflib
+from typing import Mapping
 
+from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.nodestates import NodePlan
-from reconciler.plan.model import Action, Cause, Change, SlurmSection
+from reconciler.plan.model import Action, Cause, Change, ControllerView, SlurmSection
 from reconciler.state.statedir import AppliedRecord, digest
 from reconciler.targets.slurm import slurmconf
-from reconciler.targets.slurm.controllercheck import ControllerView
 from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.render import partition_options
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
@@ -40,8 +41,9 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
     plan has errors (then it names no reload command either)."""
     file_changes: list[Change] = []
     drift: list[dict[str, str]] = []
-    causes: dict[str, str] = {}
+    causes: dict[str, Cause] = {}
     t = intent.slurm
+    known: Mapping[str, str | None]
     known, since = ((record.files, "the last apply") if record is not None
                     else (adopted, "the import") if adopted is not None else ({}, ""))
     for name, after in files.items():
@@ -53,8 +55,8 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
                           else f"deleted outside rackctl since {since}"})
         if before == after:
             continue
-        cause = causes[name] = "drift" if hand_edited else "intent"
-        action = "create" if before is None else "update"
+        cause = causes[name] = Cause.DRIFT if hand_edited else Cause.INTENT
+        action = Action.CREATE if before is None else Action.UPDATE
         reason = {"create": "file does not exist", "update": "content differs from the desired file"}[action]
         file_changes.append(Change("file", f"slurm/file/{name}", action, cause, reason, _diff(name, before, after),
                                    _taken_over(t, name, before, known)))
@@ -72,7 +74,7 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
     if t.include_file in causes:
         resources += _setting_changes(live.files.get(t.include_file), files[t.include_file], causes[t.include_file])
         resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
-    node_changes = [Change("node", f"slurm/node/{r.node}", r.action, Cause.INTENT, r.reason)
+    node_changes = [Change("node", f"slurm/node/{r.node}", Action(r.action), Cause.INTENT, r.reason)
                     for r in nodes.rows if r.action in ("drain", "resume")]
     controller_changes = []
     if controller is not None and controller.not_loaded and not file_changes:
@@ -95,7 +97,7 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
     )
 
 
-def _taken_over(t: SlurmTarget, name: str, before: bytes | None, known: dict[str, str | None]) -> str:
+def _taken_over(t: SlurmTarget, name: str, before: bytes | None, known: Mapping[str, str | None]) -> str:
     """The path of ``name`` when a change to it takes it over: it exists and rackctl has no
     record of writing or adopting it (``known``: name -> digest); else empty."""
     return display_path(t.config_dir / name) if before is not None and known.get(name) is None else ""
@@ -109,7 +111,8 @@ def _diff(name: str, before: bytes | None, after: bytes | None) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
-def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlurm, cause: str) -> list[Change]:
+def _block_changes(live: list[tuple[BlockName, tuple[Hostname, ...]]], desired: DesiredSlurm, cause: Cause
+                   ) -> list[Change]:
     live_index = {name: i for i, (name, _) in enumerate(live)}
     live_nodes = dict(live)
     out = []
@@ -145,24 +148,24 @@ def _block_changes(live: list[tuple[str, tuple[str, ...]]], desired: DesiredSlur
     return out
 
 
-def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
+def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, cause: Cause) -> list[Change]:
     text = (live_topology or b"").decode("utf-8", errors="replace")
     old = next((line.get("BlockSizes") for line in slurmconf.parse(text) if line.get("BlockSizes")), None)
     new = ",".join(map(str, desired.block_sizes))
     if old == new:
         return []
-    return [Change("setting", "slurm/setting/BlockSizes", "create" if old is None else "update", cause,
+    return [Change("setting", "slurm/setting/BlockSizes", Action.CREATE if old is None else Action.UPDATE, cause,
                    f"BlockSizes {old or '(unset)'} -> {new}")]
 
 
-def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> list[Change]:
+def _setting_changes(live_include: bytes | None, include: bytes, cause: Cause) -> list[Change]:
     """Global ``Key=value`` lines of the include file (not PartitionName lines)."""
     old, new = parse_settings(live_include), parse_settings(include)
     out = []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
-        action = "create" if key not in old else "delete" if key not in new else "update"
+        action = Action.CREATE if key not in old else Action.DELETE if key not in new else Action.UPDATE
         reason = f"{key} {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
         if key in RESTART_SETTINGS:
             reason += (" (restart required: every slurmd takes it only on a restart; slurmctld 24.11 reloads it on "
@@ -171,7 +174,7 @@ def _setting_changes(live_include: bytes | None, include: bytes, cause: str) -> 
     return out
 
 
-def _partition_changes(live_include: bytes | None, desired: DesiredSlurm, cause: str) -> list[Change]:
+def _partition_changes(live_include: bytes | None, desired: DesiredSlurm, cause: Cause) -> list[Change]:
     live = parse_partitions(live_include)
     out = []
     for p in desired.partitions:

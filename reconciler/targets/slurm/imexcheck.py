@@ -8,10 +8,10 @@ reach the nodes (``targets.slurm.imex.delivery``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
+from reconciler.ids import Hostname
 from reconciler.intent.model import IMEX_SCRIPTS, Intent
+from reconciler.nodereport import NodeReport
 from reconciler.state.statedir import digest
 from reconciler.text import hostlist
 
@@ -25,7 +25,7 @@ _DELIVERY = {
 }
 
 
-def check(intent: Intent, nodes: list[dict[str, Any]], placed: set[str],
+def check(intent: Intent, nodes: list[NodeReport], placed: set[Hostname],
           files: dict[str, bytes]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
     """Diagnostics and drift entries about rackctl's IMEX scripts on the nodes under per-job IMEX
     (nothing under another policy; the host-wide service is ``layout.imexhosts``'s to judge).

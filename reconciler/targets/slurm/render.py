@@ -70,7 +70,7 @@ def _safe_path(value: str) -> str:
     return value
 
 
-def _block(b: Block) -> dict:
+def _block(b: Block) -> dict[str, str]:
     # A placeholder (no nodes) renders without a hostlist; only topology.yaml ever has one.
     return {"name": _safe(b.name), "hostlist": _safe(hostlist.compress(b.nodes)) if b.nodes else ""}
 
@@ -101,7 +101,7 @@ def partition_options(p: Partition) -> list[tuple[str, str]]:
     return opts
 
 
-def _partition(p: Partition) -> dict:
+def _partition(p: Partition) -> dict[str, str | list[tuple[str, str]]]:
     return {"name": _safe(p.spec.partition), "hostlist": _safe(hostlist.compress(p.nodes)) if p.nodes else "",
             "options": [(k, _safe(v)) for k, v in partition_options(p)]}
 

@@ -13,11 +13,12 @@ from typing import Any
 
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
+from reconciler.ids import Hostname
 from reconciler.intent.model import Intent, block_sizes
 from reconciler.layout.model import REASON_PREFIX, History, Layout
 from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, NodePlan, NodeRow, plan_nodes
 from reconciler.plan import blastradius
-from reconciler.plan.model import Plan, SlurmSection
+from reconciler.plan.model import ControllerView, Plan, SlurmSection
 from reconciler.plan.provenance import CONFIG_DIR, NOT_READ, Digest, canonical, where
 from reconciler.state.statedir import AppliedRecord, Held
 from reconciler.targets.protocol import ApplySettings, Context, Found, Progress, Refused, StageFindings
@@ -25,7 +26,6 @@ from reconciler.targets.slurm import applyguard, controller as slurm_controller,
 from reconciler.targets.slurm import target as slurm_target
 from reconciler.targets.slurm.configfiles import DISK
 from reconciler.targets.slurm.controller import Controller
-from reconciler.targets.slurm.controllercheck import ControllerView
 from reconciler.targets.slurm.desired import DesiredSlurm, desired_slurm
 from reconciler.targets.slurm.diff import build_section
 from reconciler.targets.slurm.render import SAFE_PATH, render_slurm
@@ -127,7 +127,7 @@ class SlurmPass:
         assert self.layout is not None
         return out + slurm_target.check(intent, self.live, self.layout.placed)
 
-    def host_findings(self, found: Found, placed: set[str]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
+    def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return imexcheck.check(self.ctx.intent, found.reports, placed, self.files)
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
@@ -159,7 +159,7 @@ class SlurmPass:
         self.view = controllercheck.compare(self.ctx.intent, self.desired, self.live, self.controller)
         return list(self.view.diagnostics)
 
-    def blast_measures(self, placed: set[str]) -> list[blastradius.Measure]:
+    def blast_measures(self, placed: set[Hostname]) -> list[blastradius.Measure]:
         topology = self.ctx.intent.slurm.topology_file
         live_blocks = slurm_target.parse_blocks(self.live.files.get(topology), topology)
         return [blastradius.removed_from_topology(live_blocks, placed),
@@ -179,10 +179,10 @@ class SlurmPass:
     def node_rows(self) -> list[NodeRow]:
         return self.nodes.rows
 
-    def held_out(self, plan: Plan) -> list[tuple[str, str, str]]:
+    def held_out(self, plan: Plan) -> list[tuple[Hostname, str, str]]:
         """``(host, mark, note)`` for each tray the controller holds drained or down."""
         view = plan.slurm.controller if plan.slurm else None
-        out = []
+        out: list[tuple[Hostname, str, str]] = []
         for b in view.blocks if view is not None else ():
             for d in b["drained"]:
                 ours = d["reason"].startswith(REASON_PREFIX)
@@ -266,7 +266,7 @@ class SlurmPass:
         if self.controller is None:
             return 0
         calls = 0
-        by_reason: dict[str, list[str]] = {}
+        by_reason: dict[str, list[Hostname]] = {}
         for r in self.nodes.drains:
             by_reason.setdefault(r.reason, []).append(r.node)
         for reason, hosts in sorted(by_reason.items()):

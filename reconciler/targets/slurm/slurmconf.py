@@ -99,6 +99,7 @@ def split_words(line: str) -> list[str] | None:
             continue
         if kind == "bad":
             return None
+        assert kind is not None  # every alternative of _PIECES is a named group
         piece = m.group(kind)
         if kind == "dq":
             piece = _DQ_ESCAPE.sub(r"\1", piece)

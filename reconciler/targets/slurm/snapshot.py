@@ -126,7 +126,8 @@ class Replay:
 
     def controller_not_read(self) -> str:
         """Why the snapshot holds no controller state ('' when it does)."""
-        return self._section["controller"].get("why", "")
+        why: str = self._section["controller"].get("why", "")
+        return why
 
 
 class ReplayCommands:

@@ -22,6 +22,7 @@ from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun
 from reconciler.guard.safedir import SafeDir, check_private
+from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.model import History
 from reconciler.state import journal
@@ -59,7 +60,7 @@ class LiveSlurm:
     files: dict[str, bytes | None]
     topology_plugin: str | None = None
     includes: list[str] = field(default_factory=list)
-    node_names: set[str] | None = None
+    node_names: set[Hostname] | None = None
     stray_topology_yaml: bool = False
     #: slurm.conf settings rackctl's per-job IMEX lines interact with, and ClusterName: lowercased
     #: key -> (key, value, "file:line").
@@ -166,7 +167,7 @@ def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_
                                   f"{hostlist.MAX_HOSTS:,} nodes in all; expected a real cluster's nodes")
 
 
-def check(intent: Intent, live: LiveSlurm, placed_hosts: set[str]) -> list[Diagnostic]:
+def check(intent: Intent, live: LiveSlurm, placed_hosts: set[Hostname]) -> list[Diagnostic]:
     """Diagnostics about the live config that block rendering (slurm.conf(5) settings, and a
     stray topology file: Slurm reads topology.yaml first and then ignores topology.conf
     (topology.yaml(5)); 24.11 never reads topology.yaml. Either way one of the two files would
@@ -244,23 +245,23 @@ def _imex_site_checks(intent: Intent, live: LiveSlurm) -> list[Diagnostic]:
     return out
 
 
-def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[tuple[str, tuple[str, ...]]]:
+def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[tuple[BlockName, tuple[Hostname, ...]]]:
     """Blocks of a topology file in file order: ``BlockName=``/``Nodes=`` lines of a topology.conf
     (topology.conf(5)), or the ``block`` topologies of a topology.yaml (topology.yaml(5))."""
     if not data:
         return []
     if file_name.endswith(".yaml"):
         return _parse_yaml_blocks(data)
-    out = []
+    out: list[tuple[BlockName, tuple[Hostname, ...]]] = []
     total = 0
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         head = line.head
         if head and head[0].lower() == "blockname":
             nodes = line.get("Nodes") or ""
             try:
-                out.append((head[1], tuple(hostlist.expand(nodes)) if nodes else ()))
+                out.append((BlockName(head[1]), tuple(hostlist.expand(nodes)) if nodes else ()))
             except RackctlError:
-                out.append((head[1], ()))
+                out.append((BlockName(head[1]), ()))
             total += len(out[-1][1])
             if total > hostlist.MAX_HOSTS:
                 raise TargetError(f"{file_name}:{line.lineno}: blocks name more than {hostlist.MAX_HOSTS:,} "
@@ -269,7 +270,7 @@ def parse_blocks(data: bytes | None, file_name: str = "topology.conf") -> list[t
     return out
 
 
-def _parse_yaml_blocks(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
+def _parse_yaml_blocks(data: bytes) -> list[tuple[BlockName, tuple[Hostname, ...]]]:
     """Every block of every block topology, once: the ``cluster_default`` topology's first (the
     first one marked so; rackctl renders the whole-cluster topology there, in position order),
     then blocks only other topologies hold, in file order. A placeholder has no nodes."""
@@ -277,20 +278,20 @@ def _parse_yaml_blocks(data: bytes) -> list[tuple[str, tuple[str, ...]]]:
     first_default = next((i for i, (_, default, _) in enumerate(topologies) if default), None)
     if first_default is not None:
         topologies.insert(0, topologies.pop(first_default))
-    out: dict[str, tuple[str, ...]] = {}
+    out: dict[BlockName, tuple[Hostname, ...]] = {}
     for _, _, blocks in topologies:
         for name, nodes in blocks:
             out.setdefault(name, nodes)
     return list(out.items())
 
 
-def parse_topologies(data: bytes | None) -> list[tuple[str, tuple[str, ...]]]:
+def parse_topologies(data: bytes | None) -> list[tuple[str, tuple[BlockName, ...]]]:
     """The block topologies of a topology.yaml (topology.yaml(5)) in file order:
     ``(topology name, block names in position order)``; an unreadable file has none."""
     return [(name, tuple(b for b, _ in blocks)) for name, _, blocks in _yaml_topologies(data)]
 
 
-def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[str, tuple[str, ...]]]]]:
+def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[BlockName, tuple[Hostname, ...]]]]]:
     """``(name, cluster_default, [(block, nodes)])`` of each ``block`` topology. Anything that is
     not the shape topology.yaml(5) gives (a hand edit, a tree or flat topology) is skipped."""
     if not data:
@@ -299,14 +300,14 @@ def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[str
         doc, _ = load_yaml_text(data.decode("utf-8", errors="replace"), name="topology.yaml")
     except RackctlError:  # bad YAML, or an alias bomb that would never finish expanding
         return []  # unreadable: treated as no history; the plan rewrites the file
-    out = []
+    out: list[tuple[str, bool, list[tuple[BlockName, tuple[Hostname, ...]]]]] = []
     total = 0
     for topo in doc if isinstance(doc, list) else []:
         block = topo.get("block") if isinstance(topo, dict) else None
         blocks = block.get("blocks") if isinstance(block, dict) else None
         if not isinstance(blocks, list):
             continue
-        parsed: list[tuple[str, tuple[str, ...]]] = []
+        parsed: list[tuple[BlockName, tuple[Hostname, ...]]] = []
         for b in blocks:
             if not isinstance(b, dict) or not isinstance(b.get("block"), (str, int)):
                 continue
@@ -320,7 +321,7 @@ def _yaml_topologies(data: bytes | None) -> list[tuple[str, bool, list[tuple[str
                 raise TargetError(f"topology.yaml: blocks name more than {hostlist.MAX_HOSTS:,} nodes in all; "
                                   "expected a real cluster's topology",
                                   hint="move the damaged topology.yaml away; the plan then writes it afresh")
-            parsed.append((str(b["block"]), hosts))
+            parsed.append((BlockName(str(b["block"])), hosts))
         out.append((str(topo.get("topology", "")), topo.get("cluster_default") is True, parsed))
     return out
 
@@ -347,9 +348,9 @@ def parse_partitions(data: bytes | None) -> dict[str, dict[str, str]]:
     return out
 
 
-def slice_of_block(name: str) -> str:
+def slice_of_block(name: BlockName) -> SliceName:
     """``r01-s0`` -> ``r01/s0``: the slice a block holds (rack names hold no ``-``)."""
-    return name.replace("-", "/", 1)
+    return SliceName(name.replace("-", "/", 1))
 
 
 def rack_of_block(name: str) -> str:
@@ -380,8 +381,8 @@ class ApplyResult:
 
 
 def apply(intent: Intent, desired_files: dict[str, bytes], live: LiveSlurm, state: StateDir,
-          blocks: tuple[tuple[str, tuple[str, ...]], ...], *, reload: bool,
-          imex_addresses: tuple[tuple[str, str], ...] = (),
+          blocks: tuple[tuple[BlockName, tuple[Hostname, ...]], ...], *, reload: bool,
+          imex_addresses: tuple[tuple[Hostname, str], ...] = (),
           verify: Callable[[], list[str]] | None = None, log_file: str = "",
           force_reload: bool = False) -> ApplyResult:
     """Write the changed files, reload, verify, roll back on failure, then record the apply.

@@ -1,0 +1,87 @@
+"""The NodeReport (``schemas/node-report.schema.json``, schemaVersion 1) as the types of its JSON:
+what one tray reports about its GPUs, their NVLink fabric and its IMEX state. A key the schema does
+not require may be absent; a value the source reported as N/A is None. Field meanings follow NVML
+(``nvmlGpuFabricInfo_v3_t``, ``nvmlPlatformInfo_v2_t``): see the schema's descriptions.
+
+The discovery sources (``reconciler.inventory``) build them and ``inventory.store`` reads them
+back, schema-checked; the fabric model and the targets' checks read them. A neutral module: the
+targets never import the inventory.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+# The required keys of each object are in a base class: ``typing.Required`` is Python 3.11's.
+
+
+class _GpuFabricRequired(TypedDict):
+    state: str | None  # "Not Supported" | "Not Started" | "In Progress" | "Completed" | None
+
+
+class GpuFabric(_GpuFabricRequired, total=False):
+    """``gpus[].fabric``: ``status`` in nvidia-smi's words (``Success``...), ``clusterUuid`` the
+    NVLink domain (8-4-4-4-12 hex), ``cliqueId`` 0..2**32-1, ``healthMask`` the
+    ``NVML_GPU_FABRIC_HEALTH_MASK_*`` bit fields, ``healthSummary`` ``Healthy`` | ``Unhealthy`` |
+    ``Limited Capacity`` | ``Not Supported``."""
+
+    status: str | None
+    clusterUuid: str | None
+    cliqueId: int | None
+    healthMask: int | None
+    healthSummary: str | None
+
+
+class GpuPlatform(TypedDict, total=False):
+    """``gpus[].platform``: where the GPU sits (``chassisSerial`` of the rack, ``trayIndex``...)."""
+
+    chassisSerial: str | None
+    slotNumber: int | None
+    trayIndex: int | None
+    hostId: int | None
+    moduleId: int | None
+
+
+class _GpuRequired(TypedDict):
+    index: int
+
+
+class Gpu(_GpuRequired, total=False):
+    """``gpus[]``: one GPU, ``index`` from 0."""
+
+    uuid: str | None
+    pciBusId: str | None
+    fabric: GpuFabric
+    platform: GpuPlatform
+
+
+class _ImexStateRequired(TypedDict):
+    hostService: bool
+    nodesFile: str | None
+    channelsMajor: int | None
+
+
+class ImexState(_ImexStateRequired, total=False):
+    """``imex``: a host-wide ``nvidia-imex.service`` enabled (``hostService``), the IMEX nodes
+    file (``nodesFile``, its entries ``nodes``), the IMEX channels' device major number and the
+    sha256 digests of rackctl's per-job IMEX scripts found (``scripts``: name -> ``sha256:<hex>``)."""
+
+    nodes: list[str]
+    scripts: dict[str, str]
+
+
+class _NodeReportRequired(TypedDict):
+    hostname: str
+
+
+class NodeReport(_NodeReportRequired, total=False):
+    """One tray's report: ``hostname`` (``ids.Hostname`` once the fabric reads it), the
+    ``addresses`` it has, ``collectedAt`` (RFC 3339), ``source`` (``nvml`` | ``nvidia-smi`` |
+    ``kubernetes-labels`` | ``slurm`` | ``simulated``...), its ``gpus`` and ``imex`` state."""
+
+    schemaVersion: int
+    addresses: list[str]
+    collectedAt: str | None
+    source: str
+    gpus: list[Gpu]
+    imex: ImexState
