@@ -170,7 +170,7 @@ def _build(parsed: list[_Item]) -> list[Hostname]:
         for combo in itertools.product(*(values[i] for i in order)):
             chosen = dict(zip(order, combo))
             names.append("".join(lit + chosen.get(i, "") for i, lit in enumerate(literals)))
-    return cast("list[Hostname]", names)  # what a hostlist names are hosts
+    return cast("list[Hostname]", names)  # every name a hostlist expands to is a host's
 
 
 def _nat(text: str) -> _NatKey:
