@@ -10,21 +10,16 @@ targets never import the inventory.
 
 from __future__ import annotations
 
-from typing import TypedDict
-
-# The required keys of each object are in a base class: ``typing.Required`` is Python 3.11's.
+from typing import Required, TypedDict
 
 
-class _GpuFabricRequired(TypedDict):
-    state: str | None  # "Not Supported" | "Not Started" | "In Progress" | "Completed" | None
-
-
-class GpuFabric(_GpuFabricRequired, total=False):
+class GpuFabric(TypedDict, total=False):
     """``gpus[].fabric``: ``status`` in nvidia-smi's words (``Success``...), ``clusterUuid`` the
     NVLink domain (8-4-4-4-12 hex), ``cliqueId`` 0..2**32-1, ``healthMask`` the
     ``NVML_GPU_FABRIC_HEALTH_MASK_*`` bit fields, ``healthSummary`` ``Healthy`` | ``Unhealthy`` |
     ``Limited Capacity`` | ``Not Supported``."""
 
+    state: Required[str | None]  # "Not Supported" | "Not Started" | "In Progress" | "Completed" | None
     status: str | None
     clusterUuid: str | None
     cliqueId: int | None
@@ -42,43 +37,34 @@ class GpuPlatform(TypedDict, total=False):
     moduleId: int | None
 
 
-class _GpuRequired(TypedDict):
-    index: int
-
-
-class Gpu(_GpuRequired, total=False):
+class Gpu(TypedDict, total=False):
     """``gpus[]``: one GPU, ``index`` from 0."""
 
+    index: Required[int]
     uuid: str | None
     pciBusId: str | None
     fabric: GpuFabric
     platform: GpuPlatform
 
 
-class _ImexStateRequired(TypedDict):
-    hostService: bool
-    nodesFile: str | None
-    channelsMajor: int | None
-
-
-class ImexState(_ImexStateRequired, total=False):
+class ImexState(TypedDict, total=False):
     """``imex``: a host-wide ``nvidia-imex.service`` enabled (``hostService``), the IMEX nodes
     file (``nodesFile``, its entries ``nodes``), the IMEX channels' device major number and the
     sha256 digests of rackctl's per-job IMEX scripts found (``scripts``: name -> ``sha256:<hex>``)."""
 
+    hostService: Required[bool]
+    nodesFile: Required[str | None]
+    channelsMajor: Required[int | None]
     nodes: list[str]
     scripts: dict[str, str]
 
 
-class _NodeReportRequired(TypedDict):
-    hostname: str
-
-
-class NodeReport(_NodeReportRequired, total=False):
+class NodeReport(TypedDict, total=False):
     """One tray's report: ``hostname`` (``ids.Hostname`` once the fabric reads it), the
     ``addresses`` it has, ``collectedAt`` (RFC 3339), ``source`` (``nvml`` | ``nvidia-smi`` |
     ``kubernetes-labels`` | ``slurm`` | ``simulated``...), its ``gpus`` and ``imex`` state."""
 
+    hostname: Required[str]
     schemaVersion: int
     addresses: list[str]
     collectedAt: str | None

@@ -295,8 +295,7 @@ class SafeDir:
         never followed (``shutil.rmtree`` with ``dir_fd``)."""
         parent, name = _split(rel)
         with contextlib.suppress(OSError), self.dir_fd(parent) as dfd:
-            # dir_fd is Python 3.11's: on 3.10 this call raises TypeError.
-            shutil.rmtree(name, dir_fd=dfd)  # type: ignore[call-arg]
+            shutil.rmtree(name, dir_fd=dfd)  # dir_fd: Python 3.11 (why rackctl needs 3.11)
 
     def listdir(self, rel: str = "") -> list[str]:
         """The names in the folder ``rel`` ([] when it is missing). Raises ``OSError``."""
