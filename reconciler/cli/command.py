@@ -13,7 +13,8 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 class MakeSub(Protocol):
     """``cli.main``'s maker of a command's parser: its help line is ``cli.main.COMMANDS``'s."""
 
-    def __call__(self, sub: Subparsers, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
+    def __call__(self, sub: Subparsers, name: str, *, description: str | None = None,
+                 epilog: str | None = ...) -> argparse.ArgumentParser:
         ...
 
 

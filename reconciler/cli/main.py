@@ -2,8 +2,9 @@
 messages and exit codes. Each command is a module of this package with ``add_parser`` and
 ``run(options) -> exit code`` (``cli.command.Command``), listed in ``COMMANDS``.
 
-Only the module of the command being run is imported: ``--version`` and ``--help`` import none,
-and ``validate`` does not pay for the Kubernetes client or the metrics of ``reconcile``."""
+Only the module of the command being run is imported: ``--version`` and the top-level ``--help``
+import none, and ``validate`` does not pay for the Kubernetes client or the metrics of
+``reconcile``."""
 
 from __future__ import annotations
 
@@ -121,10 +122,15 @@ def _drop_stdout() -> None:
 
 def _named_command(argv: list[str]) -> list[str]:
     """The command ``argv`` names (its first word that is no option: the top-level options take no
-    value), as a list of one; none when it names no known command (``--version``, ``--help``, a
-    typo argparse then reports)."""
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return [first] if first in COMMANDS else []
+    value), as a list of one; none when it names no known command (``--version``, a typo argparse
+    then reports) or asks for the top-level help first (``--help plan``, ``-- plan``): then every
+    command is listed."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--"):
+            return []
+        if not arg.startswith("-"):
+            return [arg] if arg in COMMANDS else []
+    return []
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -192,11 +198,13 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
-def _sub(sub: Subparsers, name: str, *, description: str | None = None) -> argparse.ArgumentParser:
+def _sub(sub: Subparsers, name: str, *, description: str | None = None,
+         epilog: str | None = EPILOG) -> argparse.ArgumentParser:
     """Command ``name``'s parser: its help line from ``COMMANDS``, ``description`` (default: that
-    line) and the exit codes."""
+    line) and ``epilog`` (default: every command's exit codes; None for a command whose
+    description gives its own)."""
     help_ = COMMANDS[name][1]
-    return sub.add_parser(name, help=help_, description=description or help_, epilog=EPILOG,
+    return sub.add_parser(name, help=help_, description=description or help_, epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 

@@ -72,12 +72,12 @@ class ReportOptions(StatusOptions):
 def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register ``report`` and ``status`` on the top-level subparsers ``sub`` (``make_sub``:
     ``cli.main``'s sub-parser factory)."""
-    r = make_sub(sub, "report", description=REPORT_HELP)
+    r = make_sub(sub, "report", description=REPORT_HELP, epilog=None)  # REPORT_HELP has its exit codes
     add_run_options(r, apply=False)
     r.add_argument("--format", choices=("html",), default="html", help="the page's format (default html)")
     r.add_argument("--out", metavar="FILE", help="write the page to FILE (atomically) instead of standard output")
     r.set_defaults(func=Command(ReportOptions, run_report))
-    s = make_sub(sub, "status", description=STATUS_HELP)
+    s = make_sub(sub, "status", description=STATUS_HELP, epilog=None)
     add_run_options(s, apply=False)
     s.add_argument("--format", choices=("text", "json", "yaml"), default="text",
                    help="a table (default), or the same numbers as one JSON or YAML document")
