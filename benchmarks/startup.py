@@ -26,9 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_SCRIPT = Path(sys.executable).with_name("rackctl")
-RACKCTL = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "reconciler"]
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.measure import RACKCTL, ROOT  # noqa: E402
+
 INTENT = str(ROOT / "examples" / "dc1-gb200" / "intent.yaml")
 GOAL = 2.0
 

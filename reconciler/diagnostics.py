@@ -6,6 +6,7 @@ keeps the two equal."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -222,6 +223,7 @@ _TABLE = (
 CODES = {c.code: c for c in _TABLE}
 
 
+@functools.cache
 def tagged(tag: str) -> frozenset[str]:
     """The codes carrying ``tag`` (``STALE``, ``DESTRUCTIVE``, ``NODE_STATE``, ``CREATED_BY_APPLY``)."""
     return frozenset(c.code for c in _TABLE if tag in c.tags)
