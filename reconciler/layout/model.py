@@ -95,13 +95,33 @@ class TrayState:
 
 
 @dataclass(frozen=True)
+class HeldRack:
+    """A rack held as it is live: a finding about one of its trays or the rack itself (an error
+    of tray or rack scope, ``diagnostics.CODES``) keeps its slices, positions, tier memberships
+    and node states as last applied, and nothing is applied to it while the rest of the plan goes
+    ahead. ``trays``: every tray of the rack (matched, named or applied before), natural order;
+    ``placed``: whether it has applied slices to keep (False: nothing was applied to it yet, so
+    it is simply not placed); ``causes``: the findings that hold it, in the plan's order."""
+
+    rack: str
+    trays: tuple[Hostname, ...]
+    placed: bool
+    causes: tuple[Diagnostic, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"rack": self.rack, "placed": self.placed, "trays": len(self.trays),
+                "causes": [{"code": d.code, "subject": d.subject, "message": d.message} for d in self.causes]}
+
+
+@dataclass(frozen=True)
 class Layout:
     """The layout. ``slices`` placed, in position order; ``positions`` every position, held ones
     included; ``gone``: slices applied before that are not placed, in their old order (held or
     not); ``tray_states`` in slice and tray order; ``duplicates``: ``(slice placed, slice left out)``
     pairs whose ``flat_name`` is the same (no target could tell them apart). ``diagnostics``: the neutral findings in stages
     ``(stage, findings)``, so that a target can put its own after the stage they follow: ``racks``,
-    ``slice <name>`` (each slice's health), ``positions``, ``placed``, ``tiers``, ``inventory``."""
+    ``slice <name>`` (each slice's health), ``positions``, ``placed``, ``tiers``, ``inventory``. ``held``: the racks held as
+    they are live, by rack name order."""
 
     slices: tuple[Slice, ...]
     positions: tuple[Position, ...]
@@ -110,6 +130,12 @@ class Layout:
     tray_states: tuple[TrayState, ...]
     duplicates: tuple[tuple[SliceName, SliceName], ...]
     diagnostics: tuple[tuple[str, tuple[Diagnostic, ...]], ...]
+    held: tuple[HeldRack, ...] = ()
+
+    @property
+    def held_trays(self) -> frozenset[Hostname]:
+        """Every tray of a held rack: no target changes its node state, labels or taints."""
+        return frozenset(h for r in self.held for h in r.trays)
 
     @property
     def placed(self) -> set[Hostname]:

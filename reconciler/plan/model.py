@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from reconciler.diagnostics import ERROR, NODE_STATE, STALE, WARNING, Diagnostic, has_errors, tagged
+from reconciler.layout.model import HeldRack
 from reconciler.plan.provenance import Provenance
 
 FORMAT_VERSION = "1"
@@ -154,7 +155,8 @@ class Plan:
     """A whole plan: a section per target that is on, and what is common. ``block_sizes``: the
     layout's block sizes; ``host_drift``: drift found on the hosts themselves (IMEX services and
     scripts); ``provenance``: what the plan was made from (digests), for a saved plan's staleness
-    check; ``show_users``: name the owners of running jobs in the views."""
+    check; ``show_users``: name the owners of running jobs in the views; ``held``: the racks held
+    as they are live (``layout.model.HeldRack``): their causes are errors that stop nothing else."""
 
     cluster: str
     provenance: Provenance
@@ -164,6 +166,7 @@ class Plan:
     kubernetes: KubernetesSection | None = None
     host_drift: tuple[dict[str, str], ...] = ()
     show_users: bool = False
+    held: tuple[HeldRack, ...] = ()
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -202,19 +205,25 @@ class Plan:
         return [d for d in self.diagnostics if d.code not in _NODE_STATE]
 
     @property
+    def errors(self) -> list[Diagnostic]:
+        """The errors that stop the plan: every error but those holding a rack."""
+        holding = {d for r in self.held for d in r.causes}
+        return [d for d in self.diagnostics if d.severity == ERROR and d not in holding]
+
+    @property
     def has_errors(self) -> bool:
-        return has_errors(self.diagnostics)
+        return bool(self.errors)
 
     def exit_code(self) -> int:
-        """Terraform's -detailed-exitcode: 1 errors, 2 changes, 0 nothing to do."""
-        return 1 if self.has_errors else 2 if self.has_changes else 0
+        """Terraform's -detailed-exitcode: 1 errors, 2 changes or held racks, 0 nothing to do."""
+        return 1 if self.has_errors else 2 if self.has_changes or self.held else 0
 
     def drift_exit_code(self) -> int:
         """For ``rackctl drift``: 1 errors, 2 files differ or hardware findings (warning+), else 0."""
         if self.has_errors:
             return 1
         hardware = any(d.hardware and d.severity in (ERROR, WARNING) for d in self.diagnostics)
-        return 2 if self.has_changes or hardware else 0
+        return 2 if self.has_changes or hardware or self.held else 0
 
     def summary(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -222,7 +231,8 @@ class Plan:
             if c.kind != "node" or c.address.startswith("kubernetes/"):
                 key = f"{'node' if c.kind == 'node' else c.kind}_{c.action}"
                 counts[key] = counts.get(key, 0) + 1
-        counts["errors"] = sum(d.severity == ERROR for d in self.diagnostics)
+        counts["errors"] = len(self.errors)
+        counts["held_racks"] = len(self.held)
         # Drains are counted apart: they are listed under node states, not among the warnings.
         counts["warnings"] = sum(d.severity == WARNING for d in self.listed_diagnostics)
         actions = [s.get("action") for s in self.node_states]
