@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from reconciler.diagnostics import ERROR, NODE_STATE, STALE, WARNING, Diagnostic, has_errors, tagged
+from reconciler.diagnostics import ERROR, NODE_STATE, STALE, WARNING, Diagnostic, tagged
 from reconciler.layout.model import HeldRack
 from reconciler.plan.provenance import Provenance
 

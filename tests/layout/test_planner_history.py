@@ -273,12 +273,14 @@ def test_json_plan_vocabulary(site: Site) -> None:
         for d in doc["diagnostics"]:
             assert d["severity"] in SEVERITIES and d["code"] and isinstance(d["hardware"], bool)
         summary = {k: v for k, v in doc["summary"].items()
-                   if k not in ("errors", "warnings", "drift", "node_drains", "node_resumes", "node_pending")}
+                   if k not in ("errors", "warnings", "drift", "node_drains", "node_resumes", "node_pending",
+                                "held_racks")}
         counted: dict[str, int] = {}
         for c in doc["changes"]:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
         assert doc["summary"]["drift"] == len(doc["drift"])
+        assert doc["summary"]["held_racks"] == len(doc["held"]) == 0
         assert doc["summary"]["node_drains"] == sum(s["action"] == "drain" for s in doc["node_states"])
     assert kinds_seen == {"file", "block", "partition", "setting"}
     assert actions_seen == {"create", "update", "delete", "move"}

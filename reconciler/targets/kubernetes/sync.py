@@ -142,7 +142,7 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
     if offline:
         versions = renderers.choose_versions(target, None)
         kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions))
-        kpass.changes = _against_record(kpass.desired, record)
+        kpass.changes = _against_record(kpass.desired, record, layout.held_trays)
         kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
                                             f"(--offline): rendered with {renderers.describe(versions)} and "
                                             "compared with what rackctl last applied (the state dir), not with the "
@@ -186,12 +186,13 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
     return kpass
 
 
-def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Change]:
+def _against_record(desired: DesiredKubernetes, record: KubeRecord, held: frozenset[Hostname]) -> list[Change]:
     """Offline: the changes from what rackctl last applied (its record) to the desired state,
-    each object with its whole rendered manifest as the diff for review."""
+    each object with its whole rendered manifest as the diff for review; the Nodes of held racks
+    (``held``) change nothing."""
     why = "not compared with the cluster (--offline)"
     changes = []
-    for name in sorted(set(desired.node_labels) | set(record.labels), key=hostlist.natural_key):
+    for name in sorted((set(desired.node_labels) | set(record.labels)) - held, key=hostlist.natural_key):
         labels = desired.node_labels.get(name)
         if labels is None:
             changes.append(Change("node", f"kubernetes/Node/{name}", Action.UPDATE, Cause.INTENT,
