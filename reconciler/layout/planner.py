@@ -81,7 +81,9 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History, *,
     positions, gone = _positions(placed, history)
     found = []
     if not placed:
-        found.append(Diagnostic(ERROR, "no-blocks", "no block can be rendered (no slice has trays)", "topology"))
+        unplaced_held = ", ".join(sorted(r for r in held if not hist_by_rack.get(r)))
+        why = f"; held, never applied: {unplaced_held}" if unplaced_held else ""
+        found.append(Diagnostic(ERROR, "no-blocks", f"no block can be rendered (no slice has trays{why})", "topology"))
     stages.append(("placed", tuple(found)))
     found = []
     tiers = _tiers(intent, slices, positions, history, found)

@@ -308,7 +308,7 @@ class KubeApplied:
 
 def apply(kpass: KubePass, options: KubeOptions, *,
           on_progress: Callable[[int, int], None] | None = None, done: KubeApplied | None = None) -> KubeApplied:
-    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write
+    """Write what ``plan`` found, in order: taints and cordons, labels, objects, prunes. Raises ``TargetError`` on the first failed write
     (after the retries of ``targets.kubernetes``). ``on_progress(done, total)``: called with 0
     first, then after each write (a Node patch, an object applied or pruned). ``done``: filled
     in as writes land (and returned), so that after a failure the caller knows what did."""
@@ -326,6 +326,10 @@ def apply(kpass: KubePass, options: KubeOptions, *,
 
     if on_progress is not None:
         on_progress(0, total)
+    # Taints and cordons first: a taint patch replaces the list whole under the resourceVersion
+    # read, which a label patch of the same Node would move on (a 409 for the taint).
+    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote,
+                               landed=done.taints_landed)
     done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote, landed=done.labels_landed)
     for obj in kpass.applies:
         if obj.address in kpass.replaces:
@@ -335,8 +339,6 @@ def apply(kpass: KubePass, options: KubeOptions, *,
         done.applied += 1
         done.objects_landed.add(obj.address)
         wrote()
-    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote,
-                               landed=done.taints_landed)
     done.vanished.sort(key=hostlist.natural_key)  # patches finish in any order
     for obj in reversed(cmp.deletes):
         api.delete(obj, dry_run=False)
