@@ -293,6 +293,9 @@ def test_a_host_reported_twice_across_inventory_files(site, inventory_doc):
         ("a01", False, [("tray-reported-twice", "host gb-a01-n05 is reported twice (inventory/gb-a01-n05.json and "
                          "inventory/zz-copy.json): neither report is trusted")])]
     assert rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", "--strict", cwd=site).rc == 1
+    (site / "intent.yaml").write_text(sub("path: inventory.json", "path: inventory/", "maxJobSpan: cluster}",
+                                          "maxJobSpan: cluster, rackErrors: refuse}"))
+    assert rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", cwd=site).rc == 1
 
 
 def test_an_inventory_path_that_does_not_exist(site):
