@@ -49,32 +49,20 @@ FAR_FUTURE = "2099-01-01T00:00:00Z"
 
 @dataclass(frozen=True)
 class Racks:
-    """The racks (1-based) each finding goes to, spread over a fleet of ``n`` racks."""
+    """The racks (1-based) of a fleet of ``n`` that each finding goes to, spread over it (the
+    forged report's next rack is held too)."""
 
     n: int
+    miscabled: int
+    future: int
+    forged: int
+    imex: int
+    twice: int
 
-    def at(self, share: float) -> int:
-        return max(1, min(self.n - 1, round(self.n * share)))
-
-    @property
-    def miscabled(self) -> int:
-        return self.at(0.1)
-
-    @property
-    def future(self) -> int:
-        return self.at(0.3)
-
-    @property
-    def forged(self) -> int:  # its next rack is held too
-        return self.at(0.5)
-
-    @property
-    def imex(self) -> int:
-        return self.at(0.7)
-
-    @property
-    def twice(self) -> int:
-        return self.at(0.9)
+    @classmethod
+    def of(cls, n: int) -> Racks:
+        at = [max(1, min(n - 1, round(n * share))) for share in (0.1, 0.3, 0.5, 0.7, 0.9)]
+        return cls(n, *at)
 
     @property
     def held(self) -> dict[int, set[str]]:
@@ -98,7 +86,7 @@ def check(work: Path, racks: int, form: str) -> tuple[list[str], dict[str, float
     """Run the scenario for inventory ``form`` (``file`` | ``dir``) on a fleet of ``racks`` racks
     generated (or reused) under ``work``. Returns ``(failed checks, seconds per step)``; raises
     ``BenchError`` when a step itself breaks."""
-    where = Racks(racks)
+    where = Racks.of(racks)
     f = fleet(work, racks)
     root = work / f"held-{racks}-{form}"
     st = stage(f, root)

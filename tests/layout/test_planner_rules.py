@@ -27,7 +27,7 @@ U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"
 def plan(tmp_path: Path):
     def _plan(body: str, nodes: list[dict], history: History = History(), holding: bool = False):
         """The desired Slurm state; holding no rack unless ``holding`` (these tests are about what
-        each rule finds; tests/layout/test_held_racks.py is about what holding does)."""
+        each rule finds; tests/layout/test_planner_holds.py is about what holding does)."""
         (tmp_path / "intent.yaml").write_text("apiVersion: rackctl.dev/v1alpha1\nkind: ClusterIntent\n"
                                               "metadata: {name: t}\n" + textwrap.dedent(body))
         intent, fabric = load_intent(tmp_path / "intent.yaml"), build_fabric(nodes)
