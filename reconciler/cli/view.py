@@ -154,7 +154,7 @@ def _print_table(view: FleetView, plan: Plan) -> None:
     table = Table(title=f"cluster {view.cluster}", box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("rack", "slices", "tiers", "trays", *COUNTED, "drift"):
         text = name in ("rack", "slices", "tiers")
-        table.add_column(name.replace("_", " "), justify="left" if text else "right", overflow="fold",
+        table.add_column(name.replace("_", "-"), justify="left" if text else "right", overflow="fold",
                          no_wrap=not text)
     for r in view.racks:
         row = r.to_json()
