@@ -1,9 +1,9 @@
 """The rack report: one self-contained HTML page of the fleet (``rackctl report``). Pure.
 
 Every rack is a column of its trays, coloured by slice, labelled with host and tier(s), marked
-when missing, drained, pending or drifted; beside it the plan: its summary line, the files it
-takes over and the reload command apply runs, the trays to look at, drift, the changes and the
-diagnostics (the same data as the JSON plan; file diffs stay in ``rackctl plan``). Inline CSS
+when missing, drained, to drain, pending or drifted; at the top the held racks and why; beside it
+the plan: its summary line, the files it takes over and the reload command apply runs, the trays
+to look at, drift (``plan.drift``), the changes and the diagnostics (the same data as the JSON plan; file diffs stay in ``rackctl plan``). Inline CSS
 only: no script, font, image or any other URL, and a Content-Security-Policy that would block
 them. Every text is escaped (jinja2 autoescape; no ``|safe`` or ``Markup`` anywhere) and made
 inert and capped line by line (``untrusted.shown``, the environment's ``finalize``): host names,
