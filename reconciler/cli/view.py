@@ -20,10 +20,10 @@ from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.guard.untrusted import shown
-from reconciler.targets import registry
-from reconciler.views.html import render_html
 from reconciler.plan.model import Plan
 from reconciler.plan.wire import summary
+from reconciler.targets import registry
+from reconciler.views.html import render_html
 from reconciler.views.rackview import COUNTED, FleetView, fleet_view
 from reconciler.views.report import HELD_TITLE, held_lines, summary_line
 
