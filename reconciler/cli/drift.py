@@ -1,4 +1,4 @@
-"""``rackctl drift``: the plan's drift (``plan.drift``: what changed outside rackctl, orphans,
+"""``rackctl drift``: the plan's drift (``drift.of``: what changed outside rackctl, orphans,
 hardware findings, held racks) as a plan view; exits 2 on drift only, not on the changes the
 intent asks for."""
 

@@ -22,7 +22,7 @@ EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
 @dataclass
 class Outcome:
     """What one pass did. ``changes``: the plan's changes by kind (pending in plan-only mode,
-    applied in apply mode); ``drift``: the plan's drift by kind (``plan.drift.KINDS``, kinds with
+    applied in apply mode); ``drift``: the plan's drift by kind (``drift.KINDS``, kinds with
     none left out); ``held``: held rack -> the codes of its causes; ``drained``: target -> trays
     rackctl holds out of service after the pass (left out when the pass failed)."""
 

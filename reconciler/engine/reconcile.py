@@ -147,7 +147,7 @@ def _plan_or_apply(settings: PassSettings, kube: KubeOptions, run: compute.Run, 
     """The body of a pass: fill ``out`` from the plan; apply it in apply mode. Raises on failure
     (errors holding a rack do not fail it: the rack is held, and counted as drift).
 
-    Plan-only results: ``drift`` when the plan has drift (``plan.drift``, as ``rackctl drift``
+    Plan-only results: ``drift`` when the plan has drift (``drift.of``, as ``rackctl drift``
     judges it), else ``pending`` when it has changes the intent asks for, else ``ok``."""
     plan = run.plan
     found = drift.of(plan)

@@ -50,7 +50,7 @@ def summary(plan: Plan) -> dict[str, int]:
     """The plan's counts: ``<kind>_<action>`` of each change (Slurm node drains and resumes are
     counted apart, as node states), ``errors`` (those not holding a rack), ``held_racks``,
     ``warnings`` (node drains excluded), ``node_drains``, ``node_resumes``, ``node_pending``
-    (held by damping) and ``drift`` (``plan.drift``'s total)."""
+    (held by damping) and ``drift`` (``drift.of(plan).total``)."""
     counts: dict[str, int] = {}
     for c in plan.changes:
         if c.kind != "node" or c.address.startswith("kubernetes/"):

@@ -11,9 +11,9 @@ file grows past ``KEEP`` lines it is trimmed by an atomic replace. Each entry::
      "error": null | "message"}
 
 ``changes`` counts the plan's changes by kind (pending in plan-only mode, applied in apply mode);
-``drift`` counts the plan's drift by kind (``plan.drift``: drift and orphan changes by change
-kind, ``hardware`` findings, ``held`` racks; what ``rackctl drift`` exits 2 on; entries written
-before it meant this hold one count instead, of the things changed outside rackctl). Plan-only
+``drift`` counts the plan's drift by kind (``reconciler.plan.drift``: drift and orphan changes by
+change kind, ``hardware`` findings, ``held`` racks; what ``rackctl drift`` exits 2 on; entries
+written before it meant this hold one count instead, of the things changed outside rackctl). Plan-only
 results: ``drift`` (the plan has drift), ``pending`` (only changes the intent asks for), ``ok``.
 ``error`` is the message the CLI would print, as one line; a pass that did not fail may carry
 one too when its ``--lease`` could not be renewed while it ran.

@@ -3,11 +3,12 @@
 Every rack is a column of its trays, coloured by slice, labelled with host and tier(s), marked
 when missing, drained, to drain, pending or drifted; at the top the held racks and why; beside it
 the plan: its summary line, the files it takes over and the reload command apply runs, the trays
-to look at, drift (``plan.drift``), the changes and the diagnostics (the same data as the JSON plan; file diffs stay in ``rackctl plan``). Inline CSS
-only: no script, font, image or any other URL, and a Content-Security-Policy that would block
-them. Every text is escaped (jinja2 autoescape; no ``|safe`` or ``Markup`` anywhere) and made
-inert and capped line by line (``untrusted.shown``, the environment's ``finalize``): host names,
-reasons and messages come from the inventory and the targets.
+to look at, drift (``drift.of``), the changes and the diagnostics (the same data as the JSON
+plan; file diffs stay in ``rackctl plan``). Inline CSS only: no script, font, image or any other
+URL, and a Content-Security-Policy that would block them. Every text is escaped (jinja2
+autoescape; no ``|safe`` or ``Markup`` anywhere) and made inert and capped line by line
+(``untrusted.shown``, the environment's ``finalize``): host names, reasons and messages come from
+the inventory and the targets.
 
 Cost: linear in trays, changes and diagnostics. A tray is one ``<li>`` of about 55 bytes
 (host, tiers, a class naming its slice colour and state; a ``title`` only on marked trays), about
@@ -51,7 +52,7 @@ def render_html(view: FleetView, plan: Plan) -> str:
 
 
 def _drift_rows(plan: Plan) -> list[tuple[str, str]]:
-    """(what, detail) of each drift item (``plan.drift``): a drift or orphan change (its address),
+    """(what, detail) of each drift item (``drift.of``): a drift or orphan change (its address),
     a hardware finding (its code), a held rack (its name)."""
     found, detail = drift.of(plan), {d["address"]: d["detail"] for d in plan.drift}
     return ([(c.address, f"{c.action} ({c.cause}): {detail.get(c.address, c.reason)}") for c in found.changes]

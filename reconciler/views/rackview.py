@@ -18,7 +18,7 @@ one, else natural host order), each with its slice, the tiers it serves, one **s
 Marks say why: ``fault`` (a finding that drains, e.g. an Unhealthy fabric), ``degraded`` (a
 warning-only finding), ``drain``, ``resume``, ``pending``, ``operator`` (drained or cordoned by
 someone else), ``down``, ``taint``, ``drift`` (its block or Node changed outside rackctl),
-``missing``. Drift (``plan.drift``: the drift and orphan changes) a rack cannot own (a managed
+``missing``. Drift (``drift.of``: the drift and orphan changes) a rack cannot own (a managed
 file, a setting, a Kueue object) is listed cluster-wide; the counts of drift (totals) and the held
 racks are the plan's, as ``rackctl drift`` reads them.
 """

@@ -236,7 +236,7 @@ def _held_text(plan: Plan) -> list[str]:
 
 
 def _drift_text(plan: Plan, diffs: bool) -> list[str]:
-    """The drift (``plan.drift``): each drift or orphan change (its diff with ``diffs``), then how
+    """The drift (``drift.of``): each drift or orphan change (its diff with ``diffs``), then how
     many hardware findings and held racks, which are listed in their own sections."""
     found = drift.of(plan)
     if not found:
@@ -264,7 +264,8 @@ def _intent_text(plan: Plan) -> list[str]:
     wanted = drift.intent_changes(plan)
     if not wanted:
         return []
-    out = [_INTENT_TITLE, *(f"  {_MARK[c.action]} {c.address} ({c.action}): {c.reason}" for c in wanted[:MAX_NODE_LINES])]
+    out = [_INTENT_TITLE]
+    out += [f"  {_MARK[c.action]} {c.address} ({c.action}): {c.reason}" for c in wanted[:MAX_NODE_LINES]]
     if len(wanted) > MAX_NODE_LINES:
         out.append(f"  ... {len(wanted) - MAX_NODE_LINES} more change(s) (`rackctl plan` has them all)")
     return out + [""]

@@ -280,7 +280,8 @@ def test_json_plan_vocabulary(site: Site) -> None:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
         # drift: the drift changes, the hardware findings (warning+, not node-state rows), held racks
-        hardware = [d for d in doc["diagnostics"] if d["hardware"] and d["severity"] != "info" and d["code"] != "node-drain"]
+        hardware = [d for d in doc["diagnostics"]
+                    if d["hardware"] and d["severity"] != "info" and d["code"] != "node-drain"]
         assert doc["summary"]["drift"] == (sum(c["cause"] == "drift" for c in doc["changes"]) + len(hardware)
                                            + doc["summary"]["held_racks"])
         assert doc["summary"]["node_drains"] == sum(s["action"] == "drain" for s in doc["node_states"])

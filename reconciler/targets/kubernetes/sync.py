@@ -180,7 +180,8 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
     for obj in reversed(cmp.deletes):
         cause = Cause(cmp.causes[obj.address])
         why = _ORPHAN if cause is Cause.ORPHAN else "owned by rackctl, no longer in the intent"
-        kpass.changes.append(Change("object", obj.address, Action.DELETE, cause, why, _diff(obj.address, obj.body, None)))
+        kpass.changes.append(Change("object", obj.address, Action.DELETE, cause, why,
+                                    _diff(obj.address, obj.body, None)))
     for action, p, reason in cmp.health_patches:
         kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", Action(action), Cause.INTENT, reason))
     if kpass.live.compute_domains is not None:
