@@ -48,10 +48,9 @@ EPILOG = """exit codes:
   validate   0 valid, 1 errors
   inventory  0 written, 1 error (nothing written)
   discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
-  plan       0 no changes, 2 changes (intended or drift) or held racks, 1 error (incl. error diagnostics)
+  plan       0 no changes, 2 changes or held racks, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure (incl. a saved --plan refused as stale: nothing written)
-  drift      0 in sync (changes the intent asks for are not drift), 2 drift (changes whose cause is drift or
-             orphan, hardware findings of warning or worse, held racks), 1 error
+  drift      0 in sync, 2 drift (drift or orphan changes, hardware warnings, held racks; not intended changes), 1 error
   simulate   0 written, 1 error (nothing written)
   collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
   verify     0 every placement probe passed (or not placeable because of drained trays), 1 a probe failed or error
