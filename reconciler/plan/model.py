@@ -3,10 +3,10 @@
 Changes carry an action from a fixed set and a cause: ``intent`` (the intent or the fabric asks
 for it), ``drift`` (someone changed a managed thing outside rackctl since the last apply) or
 ``orphan`` (an object carrying rackctl's owner labels that its apply record does not list). What
-drifted is listed apart (``Plan.drift``); ``reconciler.plan.drift`` holds the one definition
-of drift. A file change that replaces or removes a file rackctl has no record
-of writing (no apply record of this config dir lists it, nor an import's) *takes over* that file:
-``apply`` refuses it without ``--take-over``. The human views in ``report`` are rendered from this
+drifted is listed apart (``Plan.drift``); ``reconciler.plan.drift`` holds the one definition of
+drift. A file change that replaces or removes a file rackctl has no record of writing (no apply
+record of this config dir lists it, nor an import's) *takes over* that file: ``apply`` refuses it
+without ``--take-over``. The human views in ``report`` are rendered from this
 same data.
 """
 
@@ -179,6 +179,8 @@ class Plan:
 
     @property
     def drift(self) -> tuple[dict[str, str], ...]:
+        """The targets' entries of what changed outside rackctl (``address``, ``cause``,
+        ``detail``): the details views show; what counts as drift is ``reconciler.plan.drift``."""
         return ((self.slurm.drift if self.slurm else ()) + self.host_drift
                 + (self.kubernetes.drift if self.kubernetes else ()))
 
