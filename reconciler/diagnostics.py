@@ -31,17 +31,29 @@ class Diagnostic:
     """One finding. ``severity``: error | warning | info. ``code``: a stable kebab-case id of
     ``CODES`` (``rack-two-domains``, ``tray-unhealthy``...). ``subject``: what it is about (rack,
     slice, host, file). ``hardware``: True for findings about discovered hardware (they count as
-    drift; the catalog's ``Code.hardware``)."""
+    drift; the catalog's ``Code.hardware``). ``racks``: the racks a tray or rack finding is about
+    (an error of that scope holds them, ``holds``); empty for the others."""
 
     severity: str
     code: str
     message: str
     subject: str = ""
     hardware: bool = False
+    racks: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, str | bool]:
-        return {"severity": self.severity, "code": self.code, "subject": self.subject,
-                "message": self.message, "hardware": self.hardware}
+    def to_json(self) -> dict[str, str | bool | list[str]]:
+        out: dict[str, str | bool | list[str]] = {"severity": self.severity, "code": self.code,
+                                                  "subject": self.subject, "message": self.message,
+                                                  "hardware": self.hardware}
+        if self.racks:
+            out["racks"] = list(self.racks)
+        return out
+
+    @property
+    def holds(self) -> bool:
+        """Whether this finding holds its racks: an error about one tray or one rack
+        (``Code.scope`` TRAY or RACK) that names them."""
+        return self.severity == ERROR and bool(self.racks) and CODES[self.code].scope in (TRAY, RACK)
 
 
 def has_errors(diags: Iterable[Diagnostic]) -> bool:
@@ -118,6 +130,12 @@ _TABLE = (
     _code("tray-no-clique", _E, TRAY, _N, "a tray of a clique-sliced rack has no clique and no applied block",
           hardware=True),
     _code("tray-not-reporting", _W, TRAY, _N, "a tray of a slice is missing from the inventory", hardware=True),
+    _code("tray-miscabled", _W, TRAY, _N, "a tray reports another NVLink domain than the rest of its rack (drained "
+          "in place)", hardware=True),
+    _code("tray-reported-twice", _E, TRAY, _N, "two NodeReports name one host: neither is trusted"),
+    _code("tray-clock-skew", _E, TRAY, _N, "a report dated in the future while the others are not: it is not "
+          "trusted"),
+    _code("tray-outside-racks", _W, RUN, _N, "an untrusted report names a host no rack holds (nothing to hold)"),
     _code("tray-unplaced", _W, RUN, _N, "discovered trays match no rack and are in no block"),
     *(_code(f"tray-{cause}", _W, TRAY, _N, help_, hardware=True) for cause, help_ in TRAY_CAUSES.items()),
     _code("inventory-stale", _W, RUN, _N, "reports older than inventory.maxAge", tags=(STALE,)),
@@ -138,6 +156,8 @@ _TABLE = (
     _code("block-placeholder", _I, RACK, _S, "an empty placeholder block keeps a gone slice's position "
           "(topology.yaml)"),
     _code("block-removed", _W, RACK, _S, "a block is removed and later blocks shift"),
+    _code("held-block-size", _E, RUN, _S, "a held rack keeps blocks of another size than BlockSizes, one "
+          "setting for the whole cluster: it cannot be held"),
     _code("node-drain", _W, TRAY, _S, "the desired state drains a tray (a node-state row)", hardware=True,
           tags=(NODE_STATE,)),
     _code("partition-empty", _E, TIER, _S, "a tier's partition would have no nodes"),

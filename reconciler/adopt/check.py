@@ -95,7 +95,7 @@ def first_plan(draft: Draft, intent: Intent, fabric: Fabric) -> tuple[list[Diagn
     settings = _settings(cfg, files)
     out = blocks + sizes + partitions + settings
     out += _files(cfg, files, {cfg.topology_file: bool(blocks or sizes), cfg.include_file: bool(partitions or settings)})
-    errors = [d for d in desired.diagnostics + slurm_target.check(intent, cfg.live, layout.placed)
+    errors = [d for d in desired.diagnostics + slurm_target.check(intent, cfg.live, layout.slice_of)
               if d.severity == ERROR]
     out += [Diagnostic(WARNING, "import-plan-error", f"error {d.code}: {d.message}", d.subject) for d in errors]
     return out, len(sizes) + max_nodes

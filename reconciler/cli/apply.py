@@ -77,8 +77,8 @@ def run(options: Options) -> int:
     kube = options.kube()
 
     def planned(intent: Intent) -> Run:
-        return compute_run(intent, state, offline=options.offline, kube=kube, allow_destructive=allow_destructive,
-                           reload=settings.reload, timeout_s=options.timeout)
+        return compute_run(intent, state, options, offline=options.offline, kube=kube,
+                           allow_destructive=allow_destructive, reload=settings.reload)
 
     with state.lock(timeout_s=lock_timeout_s(options.lock_timeout)) as held:  # before reading: the plan cannot go stale
         engine_apply.recover_interrupted(intent, held, settings)

@@ -35,9 +35,8 @@ def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
 
 def run(options: Options) -> int:
     intent = options.intent()
-    planned = compute_run(intent, options.state(intent), offline=options.offline, show_users=options.show_users,
-                          kube=options.kube(),
-                          snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline),
-                          allow_destructive=options.allow_destructive, timeout_s=options.timeout)
+    planned = compute_run(intent, options.state(intent), options, offline=options.offline,
+                          show_users=options.show_users, kube=options.kube(),
+                          snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline))
     sys.stdout.write(report.render(planned.plan, options.format, command="drift"))
     return drift.exit_code(planned.plan)

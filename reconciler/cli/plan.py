@@ -57,10 +57,9 @@ def run(options: Options) -> int:
     state = options.state(intent)
     outputs.refuse_run_inputs(options.out, intent.path, intent.inventory_path, registry.read_dirs(intent), state.path,
                               field="--out")
-    planned = compute_run(intent, state, offline=options.offline, show_users=options.show_users,
+    planned = compute_run(intent, state, options, offline=options.offline, show_users=options.show_users,
                           kube=options.kube(),
-                          snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, options.out),
-                          allow_destructive=options.allow_destructive, timeout_s=options.timeout)
+                          snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, options.out))
     if options.out is not None:  # first: if it fails, stdout still holds only the error (one JSON document)
         atomic_write(Path(options.out), report.render(planned.plan, "json").encode())
     sys.stdout.write(report.render(planned.plan, options.format))

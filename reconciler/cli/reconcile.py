@@ -75,7 +75,7 @@ class Options(RunOptions):
 
     def settings(self) -> PassSettings:
         return PassSettings(self.file, self.inventory, self.slurm_config_dir, self.state_dir, self.lock_timeout,
-                            self.mode, self.lease, self.timeout, self.allow_destructive,
+                            self.mode, self.lease, self.timeout, self.allow_destructive, self.strict,
                             engine_apply.ApplySettings(reload=not self.no_reload, take_over=self.take_over,
                                                        drain_first=self.drain_first,
                                                        allow_stale_inventory=self.allow_stale_inventory,

@@ -21,7 +21,8 @@ from reconciler.views import progress
 class RunOptions:
     """What every run is given: the intent ``file`` and its overrides (``inventory``,
     ``slurm_config_dir``), ``state_dir`` (None: the default), ``timeout`` (seconds; None: none),
-    ``offline``, how to reach the Kubernetes API server, and ``allow_destructive``."""
+    ``offline``, how to reach the Kubernetes API server, ``allow_destructive`` and ``strict``
+    (hold no rack: any error refuses the whole plan)."""
 
     file: str
     inventory: str | None
@@ -34,6 +35,7 @@ class RunOptions:
     force_conflicts: bool
     prune_empty: bool
     allow_destructive: bool
+    strict: bool
 
     def intent(self) -> Intent:
         """The intent with this run's overrides. Raises ``InputError``."""
@@ -52,10 +54,12 @@ class RunOptions:
         return KubeOptions(self.kubeconfig, self.context, self.force_conflicts, self.prune_empty)
 
 
-def compute_run(intent: Intent, state: StateDir, **options: Any) -> compute.Run:
-    """``compute.compute`` with a progress bar while the inventory is read."""
+def compute_run(intent: Intent, state: StateDir, options: RunOptions, **settings: Any) -> compute.Run:
+    """``compute.compute`` with a progress bar while the inventory is read, and the run options
+    every command passes on (``--allow-destructive``, ``--timeout``, ``--strict``)."""
     with progress.bar("reading inventory") as bar:
-        return compute.compute(intent, state, inventory_progress=bar.callback, **options)
+        return compute.compute(intent, state, inventory_progress=bar.callback, timeout_s=options.timeout,
+                               strict=options.strict, **{"allow_destructive": options.allow_destructive, **settings})
 
 
 def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
@@ -84,6 +88,9 @@ def add_run_options(c: argparse.ArgumentParser, *, apply: bool) -> None:
                    "of the fleet than policy.blastRadius permits (default: more than 10%% of the trays removed "
                    "from the Slurm topology or stripped of rackctl's Node labels, or held drained/tainted/"
                    "cordoned, is an error: an empty discovery or a fabric manager outage looks like that)")
+    c.add_argument("--strict", action="store_true", help="any error refuses the whole plan (default, as "
+                   "policy.rackErrors: hold: an error about one tray or one rack holds that rack as it is live, and "
+                   "the rest of the plan goes ahead)")
     if not apply:
         c.add_argument("--live-snapshot", metavar="FILE", help="read the live state (Slurm files and controller, "
                        "Kubernetes objects) from this `rackctl snapshot` file instead of the cluster, e.g. on a CI "

@@ -98,9 +98,8 @@ def _run(options: StatusOptions, out: str | None = None) -> compute.Run:
     state = options.state(intent)
     outputs.refuse_run_inputs(out, intent.path, intent.inventory_path, registry.read_dirs(intent), state.path,
                               field="--out")
-    return compute_run(intent, state, offline=options.offline, kube=options.kube(),
-                       snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, out),
-                       allow_destructive=options.allow_destructive, timeout_s=options.timeout)
+    return compute_run(intent, state, options, offline=options.offline, kube=options.kube(),
+                       snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline, out))
 
 
 def run_report(options: ReportOptions) -> int:
@@ -169,7 +168,7 @@ def _print_table(view: FleetView, plan: Plan) -> None:
     if plan.held:
         console.print(HELD_TITLE)
         for rack, why in held_lines(plan):
-            console.print(shown(f"  ! {rack} ({why})"), soft_wrap=True)
+            console.print(shown(f"  ! {rack}: {why}"), soft_wrap=True)
     console.print(table)
     if view.cluster_drift:
         console.print(shown(f"cluster-wide drift: {', '.join(view.cluster_drift)}"))

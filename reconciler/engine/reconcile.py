@@ -45,8 +45,8 @@ class PassSettings:
     """What every pass is run with: the intent ``file`` and its overrides (``inventory``,
     ``slurm_config_dir``), ``state_dir`` (None: the default), ``lock_timeout`` (a duration; None:
     fail at once when held), ``mode`` (``MODES``), ``lease`` (``NAMESPACE/NAME``; None: none),
-    ``timeout`` (the pass's deadline, seconds), ``allow_destructive``, and how apply mode writes
-    (``apply``, whose ``offline`` is the pass's)."""
+    ``timeout`` (the pass's deadline, seconds), ``allow_destructive``, ``strict`` (hold no rack), and
+    how apply mode writes (``apply``, whose ``offline`` is the pass's)."""
 
     file: str
     inventory: str | None
@@ -57,6 +57,7 @@ class PassSettings:
     lease: str | None
     timeout: float | None
     allow_destructive: bool
+    strict: bool
     apply: apply.ApplySettings
 
 
@@ -92,7 +93,7 @@ def run_pass(settings: PassSettings, kube: KubeOptions, log: EventLog, cluster: 
                     _recover(settings, log, intent, held)
                     run = compute.compute(intent, state, offline=settings.apply.offline, kube=kube,
                                           allow_destructive=settings.allow_destructive, reload=settings.apply.reload,
-                                          timeout_s=settings.timeout)
+                                          timeout_s=settings.timeout, strict=settings.strict)
                     _plan_or_apply(settings, kube, run, out)
             except leaselock.LeaseHeld:
                 raise  # as when the state dir is locked: nothing of this pass to record

@@ -24,7 +24,10 @@ from reconciler.text.duration import duration_s
 from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
-                "gpu-disagreement", "not-reporting")
+                "gpu-disagreement", "miscabled", "not-reporting")
+#: ``policy.rackErrors``: ``hold`` (a rack or tray error holds that rack as it is live, the rest of
+#: the plan goes ahead) or ``refuse`` (any error refuses the whole plan, as ``--strict``).
+RACK_ERRORS = ("hold", "refuse")
 DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
 DEFAULT_MIN_HEALTHY_SHARE = 0.75
 DEFAULT_MAX_MISSING_SHARE = 0.1  # of the declared trays; more missing and the inventory is incomplete
@@ -243,6 +246,7 @@ class Intent:
     kubernetes: KubernetesTarget | None = None
     digest: str = ""  # sha256:<hex> of the intent file's text as read (what a saved plan was made from)
     blast_radius: BlastRadius = BlastRadius()
+    hold_racks: bool = True  # policy.rackErrors: hold (True) or refuse
 
     def rack(self, name: str) -> Rack | None:
         """The rack named ``name``, or None."""
@@ -377,6 +381,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         digest=digest,
         blast_radius=BlastRadius(float(blast.get("maxRemovedShare", DEFAULT_MAX_REMOVED_SHARE)),
                                  float(blast.get("maxDrainedShare", DEFAULT_MAX_DRAINED_SHARE))),
+        hold_racks=data.get("policy", {}).get("rackErrors", "hold") == "hold",
     )
     _check_hosts_disjoint(intent)
     _check_tier_references(intent)

@@ -42,15 +42,18 @@ MAX_INT_DIGITS = 4301
 
 
 def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = None,
-                   on_progress: Callable[[int, int], None] | None = None) -> list[NodeReport]:
+                   on_progress: Callable[[int, int], None] | None = None,
+                   on_twice: Callable[[str, str, str], None] | None = None) -> list[NodeReport]:
     """Load every NodeReport under ``path`` (directory or file), validated, in a stable order.
 
     Returns the list of NodeReport dicts (directory: by file name; file: as written).
     ``on_file(name, text)`` is called with each file's name (without its folder) and text as it
     is read (a saved plan digests them). ``on_progress(done, total)`` is called with 0 first,
     then after each item: files of a directory, or NodeReports of a single inventory file.
-    Raises ``InputError`` for a missing path, invalid JSON (with line), a schema violation (with
-    the field) or a hostname reported twice (naming both places).
+    ``on_twice(host, first place, second place)``: told of a host reported twice (its first
+    report is kept, the second left out); without it that is an error. Raises ``InputError`` for a
+    missing path, invalid JSON (with line), a schema violation (with the field) or, without
+    ``on_twice``, a hostname reported twice (naming both places).
     """
     if not path.exists():
         raise InputError("inventory not found; expected a NodeReport directory or file",
@@ -103,6 +106,9 @@ def load_inventory(path: Path, *, on_file: Callable[[str, str], None] | None = N
             batch, places = [doc], [name]
         for node, place in zip(batch, places):
             host = node["hostname"]
+            if host in where and on_twice is not None:
+                on_twice(host, where[host], place)
+                continue
             if host in where:
                 raise InputError(f"host {host} is reported twice (also in {where[host]})", file=place,
                                  field="hostname")

@@ -101,16 +101,23 @@ class NodePlan:
 
 def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[Hostname, SliceName],
                live: dict[Hostname, LiveState] | None, history: HealthHistory, damping: Damping,
-               now: dt.datetime) -> NodePlan:
+               now: dt.datetime, held: frozenset[Hostname] = frozenset()) -> NodePlan:
     """Decide this pass's drains and resumes.
 
     ``desired``: the layout's trays to take out of service; ``slice_of``: host -> slice for every
-    placed tray; ``live``: the target's trays (None: not read, rows are only ``listed``).
+    placed tray; ``live``: the target's trays (None: not read, rows are only ``listed``);
+    ``held``: the trays of held racks (``Layout.held_trays``): neither drained nor resumed, their
+    damping history kept as it was.
     """
     stamp = _rfc3339(now)
     rows: list[NodeRow] = []
     nxt = HealthHistory()
     wanted = {s.tray for s in desired}
+    for host in held:
+        if host in history.unhealthy:
+            nxt.unhealthy[host] = history.unhealthy[host]
+        if host in history.healthy_since:
+            nxt.healthy_since[host] = history.healthy_since[host]
     for s in desired:
         since, passes = history.unhealthy.get(s.tray, (stamp, 0))
         passes += 1
@@ -133,7 +140,7 @@ def plan_nodes(desired: tuple[TrayState, ...], slice_of: dict[Hostname, SliceNam
                     note += f", for {int(waited)} of {damping.drain_after_s} s"
                 rows.append(NodeRow(s.tray, s.slice, "pending-drain", s.reason, note))
     for host, node in (live or {}).items():
-        if host in wanted or not node.by_rackctl or host not in slice_of:
+        if host in wanted or host in held or not node.by_rackctl or host not in slice_of:
             continue
         if node.reason == RESLICE_REASON:
             continue  # resumed by apply once the re-slice is live, not by health

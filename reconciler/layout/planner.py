@@ -11,18 +11,29 @@ taken out of service in place; a slice below ``minHealthyShare`` is taken out wh
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable
+from dataclasses import replace
+from typing import Callable, Iterable, Mapping
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.fabric.model import Fabric, Tray
 from reconciler.ids import BlockName, CliqueKey, ClusterUUID, Hostname, SliceName
 from reconciler.intent.model import Intent, Rack, tier_slices_per_rack
-from reconciler.layout.model import History, Layout, Position, Slice, Tier, TrayState, flat_name, rack_of
+from reconciler.layout.model import (HeldRack, History, Layout, Position, Slice, Tier, TrayState, flat_name,
+                                     rack_of)
 from reconciler.text import hostlist
 
 
-def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
-    """Compute the layout. Problems become diagnostics, never exceptions."""
+def plan_layout(intent: Intent, fabric: Fabric, history: History, *,
+                untrusted: Mapping[Hostname, Diagnostic] | None = None,
+                hold: Mapping[str, tuple[Diagnostic, ...]] | None = None, holding: bool = True) -> Layout:
+    """Compute the layout. Problems become diagnostics, never exceptions.
+
+    ``untrusted``: host -> the error that makes its report untrusted (reported twice, dated in the
+    future): it holds the tray's rack. ``hold``: rack -> findings of a target that hold it (found
+    after a first layout). With ``holding`` (``policy.rackErrors: hold``, no ``--strict``), every
+    error about one tray or one rack (``Diagnostic.holds``) holds that rack: it keeps its applied
+    slices (``History``) and no tray state, and the rest is laid out as if it were fine; without,
+    nothing is held (the plan then refuses on any error)."""
     diags: list[Diagnostic] = []
     owner = _match_racks(intent, fabric, diags)
     hist_by_rack: dict[str, list[tuple[SliceName, tuple[Hostname, ...]]]] = defaultdict(list)
@@ -34,47 +45,99 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History) -> Layout:
     for host, rack_name in owner.items():
         matched[rack_name].append(host)
     slices: dict[str, list[tuple[SliceName, list[Hostname]]]] = {}  # rack -> [(slice name, members)]
+    members_of: dict[str, list[Hostname]] = {}
+    miscabled: dict[Hostname, ClusterUUID] = {}
     for rack in intent.racks:
-        members = _members(rack, matched[rack.name], owner, hist_by_rack.get(rack.name, []))
-        _check_one_domain(rack, members, fabric, diags)
+        members = members_of[rack.name] = _members(rack, matched[rack.name], owner, hist_by_rack.get(rack.name, []))
+        miscabled.update(_check_one_domain(rack, members, fabric, intent.min_healthy_share, diags))
         slices[rack.name] = _slice(rack, intent, members, fabric, hist_by_rack.get(rack.name, []), diags)
+    rack_by_host = {h: r for r, members in members_of.items() for h in members}
+    diags[:0] = _untrusted(untrusted or {}, rack_by_host)
     stages: list[tuple[str, tuple[Diagnostic, ...]]] = [("racks", tuple(diags))]
 
     tray_states: list[TrayState] = []
     for rack in intent.racks:
         for slice_name, members in slices[rack.name]:
             found: list[Diagnostic] = []
-            _check_slice(rack, slice_name, members, fabric, found)
-            tray_states.extend(_health(intent, slice_name, members, fabric, found))
+            _check_slice(rack, slice_name, [h for h in members if h not in miscabled], fabric, found)
+            tray_states.extend(_health(intent, slice_name, members, fabric, miscabled, found))
             stages.append((f"slice {slice_name}", tuple(found)))
 
-    found = []
-    placed, duplicates = _place(intent, slices, history, found)
+    held: dict[str, list[Diagnostic]] = {r: list(ds) for r, ds in (hold or {}).items()}
+    if holding:
+        _hold(held, (d for _, ds in stages for d in ds))
+    for r in held:
+        slices[r] = [(name, list(nodes)) for name, nodes in hist_by_rack.get(r, [])]
+    while True:  # a tray in two slices holds both racks: place again without them
+        found = []
+        placed, duplicates = _place(intent, slices, history, found)
+        new = {r for d in found if holding and d.holds for r in d.racks} - held.keys()
+        _hold(held, (d for d in found if holding and d.holds))
+        if not new:
+            break
+        for r in new:
+            slices[r] = [(name, list(nodes)) for name, nodes in hist_by_rack.get(r, [])]
     stages.append(("positions", tuple(found)))
     positions, gone = _positions(placed, history)
     found = []
     if not placed:
-        found.append(Diagnostic(ERROR, "no-blocks", "no block can be rendered (no slice has trays)", "topology"))
+        unplaced_held = ", ".join(sorted(r for r in held if not hist_by_rack.get(r)))
+        why = f"; held, never applied: {unplaced_held}" if unplaced_held else ""
+        found.append(Diagnostic(ERROR, "no-blocks", f"no block can be rendered (no slice has trays{why})", "topology"))
     stages.append(("placed", tuple(found)))
     found = []
     tiers = _tiers(intent, slices, positions, history, found)
     stages.append(("tiers", tuple(found)))
+    held_racks = tuple(_held_rack(r, members_of.get(r, []), hist_by_rack.get(r, []), causes)
+                       for r, causes in sorted(held.items(), key=lambda kv: hostlist.natural_key(kv[0])))
+    still = {h for r in held_racks for h in r.trays}
     on = {h for _, _, members in placed for h in members}
-    unplaced = sorted(set(fabric.trays) - on, key=hostlist.natural_key)
+    unplaced = sorted(set(fabric.trays) - on - still, key=hostlist.natural_key)
     found = []
     if unplaced:
         found.append(Diagnostic(WARNING, "tray-unplaced", f"{len(unplaced)} discovered trays match no "
                                 f"rack and are in no block: {hostlist.compress(unplaced)}", "inventory"))
     stages.append(("inventory", tuple(found)))
     return Layout(tuple(_placed_slice(n, r, m, fabric) for n, r, m in placed), positions, gone, tiers,
-                  tuple(tray_states), duplicates, tuple(stages))
+                  tuple(t for t in tray_states if t.tray not in still), duplicates, tuple(stages), held_racks)
+
+
+def _untrusted(untrusted: Mapping[Hostname, Diagnostic], rack_by_host: dict[Hostname, str]) -> list[Diagnostic]:
+    """The findings of untrusted reports, each naming the rack it holds; a host in no rack holds
+    nothing (a warning: it is in no block either)."""
+    out = []
+    for h in sorted(untrusted, key=hostlist.natural_key):
+        rack = rack_by_host.get(h)
+        if rack is not None:
+            out.append(replace(untrusted[h], racks=(rack,)))
+        else:
+            out.append(Diagnostic(WARNING, "tray-outside-racks", f"{untrusted[h].message} (no rack holds {h}: "
+                                  "nothing is held)", h))
+    return out
+
+
+def _hold(held: dict[str, list[Diagnostic]], findings: Iterable[Diagnostic]) -> None:
+    """Add each finding that holds racks to the causes of each of its racks (once)."""
+    for d in findings:
+        if d.holds:
+            for r in d.racks:
+                causes = held.setdefault(r, [])
+                if d not in causes:
+                    causes.append(d)
+
+
+def _held_rack(rack: str, members: list[Hostname], kept: list[tuple[SliceName, tuple[Hostname, ...]]],
+               causes: list[Diagnostic]) -> HeldRack:
+    trays = set(members) | {h for _, nodes in kept for h in nodes}
+    return HeldRack(rack, tuple(sorted(trays, key=hostlist.natural_key)), bool(kept), tuple(causes))
 
 
 def _placed_slice(name: SliceName, rack: str, trays: tuple[Hostname, ...], fabric: Fabric) -> Slice:
     """A placed slice with the NVLink domain and cliques its trays report."""
     found = [fabric.trays.get(h) for h in trays]
     reported = [t for t in found if t is not None]
-    domain = next((t.cluster_uuid for t in reported if t.cluster_uuid), None)
+    domains = Counter(t.cluster_uuid for t in reported if t.cluster_uuid)  # most: a miscabled tray is one
+    domain = domains.most_common(1)[0][0] if domains else None
     keys = Counter(t.clique_key for t in reported if t.clique_key)
     clique: CliqueKey | SliceName = keys.most_common(1)[0][0] if keys else name
     cliques = tuple(t.clique_key if t is not None and t.clique_key else clique for t in found)
@@ -94,7 +157,8 @@ def _match_racks(intent: Intent, fabric: Fabric, diags: list[Diagnostic]) -> dic
         for h in hosts:
             if h in owner:
                 diags.append(Diagnostic(ERROR, "host-two-racks", f"tray {h} is matched by racks "
-                                        f"{owner[h]} and {rack.name}; a tray belongs to one rack", h))
+                                        f"{owner[h]} and {rack.name}; a tray belongs to one rack", h,
+                                        racks=(owner[h], rack.name)))
                 continue
             owner[h] = rack.name
     return owner
@@ -112,17 +176,27 @@ def _members(rack: Rack, matched: list[Hostname], owner: dict[Hostname, str],
     return sorted(members, key=hostlist.natural_key)
 
 
-def _check_one_domain(rack: Rack, members: list[Hostname], fabric: Fabric, diags: list[Diagnostic]) -> None:
+def _check_one_domain(rack: Rack, members: list[Hostname], fabric: Fabric, share: float,
+                      diags: list[Diagnostic]) -> dict[Hostname, ClusterUUID]:
+    """A rack is one NVLink domain. When at least ``share`` (``minHealthyShare``) of its reporting
+    trays, and more than half, agree on one, each other tray is miscabled (returned: host -> the
+    rack's domain) and is drained in place; otherwise the rack has two domains (an error)."""
     domains: dict[ClusterUUID, list[Hostname]] = defaultdict(list)
     for h in members:
         tray = fabric.trays.get(h)
         if tray and tray.cluster_uuid:
             domains[tray.cluster_uuid].append(h)
-    if len(domains) > 1:
-        detail = "; ".join(f"{u}: {hostlist.compress(hs)}" for u, hs in sorted(domains.items()))
-        diags.append(Diagnostic(ERROR, "rack-two-domains", f"rack {rack.name}: trays report "
-                                f"{len(domains)} NVLink domains (cluster UUIDs) — {detail}", rack.name,
-                                hardware=True))
+    if len(domains) < 2:
+        return {}
+    major, agree = max(domains.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    reporting = sum(map(len, domains.values()))
+    if len(agree) * 2 > reporting and len(agree) >= share * reporting:
+        return {h: major for u, hs in domains.items() if u != major for h in hs}
+    detail = "; ".join(f"{u}: {hostlist.compress(hs)}" for u, hs in sorted(domains.items()))
+    diags.append(Diagnostic(ERROR, "rack-two-domains", f"rack {rack.name}: trays report "
+                            f"{len(domains)} NVLink domains (cluster UUIDs), too many for a few miscabled trays "
+                            f"(minHealthyShare) — {detail}", rack.name, hardware=True, racks=(rack.name,)))
+    return {}
 
 
 def _slice(rack: Rack, intent: Intent, members: list[Hostname], fabric: Fabric,
@@ -145,19 +219,19 @@ def _slice(rack: Rack, intent: Intent, members: list[Hostname], fabric: Fabric,
     if not members and rack.select_kind != "hosts":
         diags.append(Diagnostic(ERROR, "rack-empty", f"rack {rack.name}: no discovered tray matches "
                                 f"{rack.select_kind} {rack.select_value} and nothing was applied before",
-                                rack.name, hardware=True))
+                                rack.name, hardware=True, racks=(rack.name,)))
         return []
     size = rack.slice_size
     for name, hs in out:
         if len(hs) > size:
             diags.append(Diagnostic(ERROR, "slice-oversize", f"slice {name} has {len(hs)} trays; the intent "
-                                    f"declares {size} per slice", name, hardware=True))
+                                    f"declares {size} per slice", name, hardware=True, racks=(rack.name,)))
         elif len(hs) < size:
             why = ("no applied history, and the hosts selector does not say which clique they belong to"
                    if rack.select_kind == "hosts" else "no applied history, selector is not hosts")
             diags.append(Diagnostic(ERROR, "slice-short", f"slice {name} has {len(hs)} of its {size} trays and "
                                     f"the missing ones cannot be named ({why}); rack {rack.name} cannot be "
-                                    "rendered safely", name, hardware=True))
+                                    "rendered safely", name, hardware=True, racks=(rack.name,)))
     return out
 
 
@@ -197,7 +271,7 @@ def _slice_equal(rack: Rack, members: list[Hostname], fabric: Fabric,
     if rest:
         diags.append(Diagnostic(ERROR, "rack-oversize", f"rack {rack.name} has {len(members)} trays; the "
                                 f"intent declares {rack.trays}: {hostlist.compress(rest)} left over",
-                                rack.name, hardware=True))
+                                rack.name, hardware=True, racks=(rack.name,)))
     return [(n, sorted(assigned[n], key=hostlist.natural_key)) for n in names]
 
 
@@ -216,19 +290,19 @@ def _slice_cliques(rack: Rack, intent: Intent, members: list[Hostname], fabric: 
             why = "is not reporting" if tray is None else "has no clique ID (fabric not attached)"
             diags.append(Diagnostic(ERROR, "tray-no-clique", f"tray {h} of rack {rack.name} {why} and has no "
                                     "applied block to keep it in; it cannot be placed in a clique slice", h,
-                                    hardware=True))
+                                    hardware=True, racks=(rack.name,)))
     named = sorted({ref for t in intent.tiers for ref in t.slices if ref.startswith(rack.name + "/")})
     for ref in named:
         if ref not in groups:
             diags.append(Diagnostic(ERROR, "clique-missing", f"slice {ref} is named by a tier but no tray of rack "
                                     f"{rack.name} reports clique {ref.split('/c', 1)[1]} (found: "
                                     f"{', '.join(sorted(groups, key=hostlist.natural_key)) or 'none'})", ref,
-                                    hardware=True))
+                                    hardware=True, racks=(rack.name,)))
     if groups and len(groups) != rack.slicing.count:
         diags.append(Diagnostic(ERROR, "cliques-contradict-slicing", f"rack {rack.name} is declared as "
                                 f"{rack.slicing.count} clique slice(s) of {rack.slice_size} trays but reports "
                                 f"{len(groups)} cliques: {', '.join(sorted(groups, key=hostlist.natural_key))}",
-                                rack.name, hardware=True))
+                                rack.name, hardware=True, racks=(rack.name,)))
     return [(n, groups[n]) for n in sorted(groups, key=hostlist.natural_key)]
 
 
@@ -243,11 +317,11 @@ def _check_slice(rack: Rack, slice_name: SliceName, members: list[Hostname], fab
         detail = "; ".join(f"{k}: {hostlist.compress(hs)}" for k, hs in sorted(cliques.items()))
         diags.append(Diagnostic(ERROR, "slice-two-cliques", f"slice {slice_name} spans {len(cliques)} NVLink "
                                 f"cliques ({detail}); a slice must be one clique — the declared slicing "
-                                "contradicts the fabric", slice_name, hardware=True))
+                                "contradicts the fabric", slice_name, hardware=True, racks=(rack.name,)))
 
 
 def _health(intent: Intent, slice_name: SliceName, members: list[Hostname], fabric: Fabric,
-            diags: list[Diagnostic]) -> list[TrayState]:
+            miscabled: dict[Hostname, ClusterUUID], diags: list[Diagnostic]) -> list[TrayState]:
     causes: dict[Hostname, str] = {}
     for h in members:
         tray: Tray | None = fabric.trays.get(h)
@@ -257,6 +331,14 @@ def _health(intent: Intent, slice_name: SliceName, members: list[Hostname], fabr
             diags.append(Diagnostic(WARNING, "tray-not-reporting", f"tray {h} of slice {slice_name} is "
                                     "missing from the inventory", h, hardware=True))
             continue
+        if h in miscabled:
+            drain = "miscabled" in intent.drain_on
+            if drain:
+                causes[h] = "miscabled"
+            diags.append(Diagnostic(WARNING, "tray-miscabled", f"tray {h} of slice {slice_name} reports NVLink "
+                                    f"domain {tray.cluster_uuid}; the rest of its rack reports {miscabled[h]}: "
+                                    f"miscabled{'' if drain else ' (not drained: cause not in drainOn)'}", h,
+                                    hardware=True))
         for f in tray.findings:
             drain = f.drainable and f.cause in intent.drain_on
             if drain and h not in causes:
@@ -318,7 +400,8 @@ def _place(intent: Intent, slices: dict[str, list[tuple[SliceName, list[Hostname
             placed.append((sname, rack.name, tuple(sorted(members, key=hostlist.natural_key))))
     for (first, second), hosts in clashes.items():
         diags.append(Diagnostic(ERROR, "host-two-slices", f"{hostlist.compress(hosts)}: in slices {first} and "
-                                f"{second}; a tray belongs to exactly one slice", second))
+                                f"{second}; a tray belongs to exactly one slice", second,
+                                racks=tuple(dict.fromkeys((rack_of(first), rack_of(second))))))
     return placed, tuple(duplicates)
 
 

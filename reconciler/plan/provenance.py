@@ -39,7 +39,7 @@ CONFIG_DIR = b"\0configDir\0"
 #: The digests, in the words a refusal uses.
 INPUTS = (("intent", "the intent file"), ("inventory", "the inventory"),
           ("slurm_files", "the managed Slurm files"), ("slurm_controller", "the running Slurm controller"),
-          ("kubernetes", "the Kubernetes live state"))
+          ("kubernetes", "the Kubernetes live state"), ("held", "the racks held"))
 
 
 class Digest:
@@ -94,7 +94,8 @@ class PlannedWith:
 class Provenance:
     """Digests (``sha256:<hex>``) of what one plan was made from; ``slurm_files`` and
     ``slurm_controller`` are None when the Slurm target is off, ``kubernetes`` when that target
-    is off; a live target not read is ``NOT_READ``."""
+    is off; a live target not read is ``NOT_READ``. ``held``: the racks held and the codes holding
+    each (``held_digest``; None: none held)."""
 
     intent: str
     inventory: str
@@ -102,18 +103,19 @@ class Provenance:
     slurm_files: str | None = None
     slurm_controller: str | None = None
     kubernetes: str | None = None
+    held: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``provenance`` of the JSON plan (``schemas/plan.schema.json``)."""
         return {"intent": self.intent, "inventory": self.inventory, "slurm_files": self.slurm_files,
-                "slurm_controller": self.slurm_controller, "kubernetes": self.kubernetes,
+                "slurm_controller": self.slurm_controller, "kubernetes": self.kubernetes, "held": self.held,
                 "planned_with": self.planned_with.to_json()}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Provenance:
         """The inverse of ``to_json``, for a document that passed the plan schema."""
         return cls(doc["intent"], doc["inventory"], PlannedWith(**doc["planned_with"]), slurm_files=doc["slurm_files"],
-                   slurm_controller=doc["slurm_controller"], kubernetes=doc["kubernetes"])
+                   slurm_controller=doc["slurm_controller"], kubernetes=doc["kubernetes"], held=doc["held"])
 
     @classmethod
     def of(cls, intent: str, inventory: str, planned_with: dict[str, Any], parts: dict[str, Any]) -> Provenance:
@@ -139,6 +141,15 @@ class Provenance:
             else:
                 out.append(f"{what} changed since the plan was made")
         return out
+
+
+def held_digest(held: list[tuple[str, list[str]]]) -> str | None:
+    """The digest of the held racks, ``(rack, codes holding it)`` in rack order; None when none."""
+    if not held:
+        return None
+    d = Digest()
+    d.add("held", canonical(held))
+    return d.value()
 
 
 def canonical(value: Any) -> bytes:

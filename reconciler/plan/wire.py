@@ -23,6 +23,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "cluster": plan.cluster,
         "target": slurm.target if slurm else None,
         "summary": summary(plan),
+        "held": [r.to_json() for r in plan.held],
         "changes": [change_document(c) for c in plan.changes],
         "reload": list(slurm.reload) if slurm and slurm.reload is not None else None,
         "drift": list(plan.drift),

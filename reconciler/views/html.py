@@ -57,7 +57,7 @@ def _drift_rows(plan: Plan) -> list[tuple[str, str]]:
     found, detail = drift.of(plan), {d["address"]: d["detail"] for d in plan.drift}
     return ([(c.address, f"{c.action} ({c.cause}): {detail.get(c.address, c.reason)}") for c in found.changes]
             + [(d.code, f"{d.severity}: {d.message}") for d in found.hardware]
-            + [(r.rack, f"held: {why}") for r, (_, why) in zip(found.held, held_lines(plan))])
+            + held_lines(plan))
 
 
 def _tray_class(rack: RackView, tray: TrayView) -> str:

@@ -220,19 +220,19 @@ HELD_TITLE = "Held racks (kept as they are live; nothing is applied to them; the
 
 
 def held_lines(plan: Plan) -> list[tuple[str, str]]:
-    """(rack, why) of each held rack: its trays, whether it is placed, and its causes (``[code]
-    message``)."""
+    """(rack, why) of each held rack: ``held by [code] message; ... (18 tray(s))``, its causes, then
+    its trays and whether it is placed."""
     out = []
     for r in plan.held:
         where = f"{len(r.trays)} tray(s)" + ("" if r.placed else ", not placed: nothing was applied to it yet")
-        out.append((r.rack, f"{where}: " + "; ".join(f"[{d.code}] {d.message}" for d in r.causes)))
+        out.append((r.rack, "held by " + "; ".join(f"[{d.code}] {d.message}" for d in r.causes) + f" ({where})"))
     return out
 
 
 def _held_text(plan: Plan) -> list[str]:
     if not plan.held:
         return []
-    return [HELD_TITLE, *(f"  ! {rack} ({why})" for rack, why in held_lines(plan)), ""]
+    return [HELD_TITLE, *(f"  ! {rack}: {why}" for rack, why in held_lines(plan)), ""]
 
 
 def _drift_text(plan: Plan, diffs: bool) -> list[str]:

@@ -284,8 +284,18 @@ def test_a_host_reported_twice_across_inventory_files(site, inventory_doc):
         (folder / f"{node['hostname']}.json").write_text(json.dumps(node))
     (folder / "zz-copy.json").write_text(json.dumps(inventory_doc["nodes"][4]))
     (site / "intent.yaml").write_text(sub("path: inventory.json", "path: inventory/"))
-    check_fails(site, "plan", ["inventory/zz-copy.json: hostname: host gb-a01-n05 is reported twice "
-                               "(also in inventory/gb-a01-n05.json)"])
+    # Not an input error: neither report is trusted, and the tray's rack is held (never applied,
+    # so it is not placed) while the rest of the plan goes ahead; --strict refuses the plan.
+    res = rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", "--format", "json", cwd=site)
+    assert res.rc == 2, res
+    doc = json.loads(res.out)
+    assert [(h["rack"], h["placed"], [(c["code"], c["message"]) for c in h["causes"]]) for h in doc["held"]] == [
+        ("a01", False, [("tray-reported-twice", "host gb-a01-n05 is reported twice (inventory/gb-a01-n05.json and "
+                         "inventory/zz-copy.json): neither report is trusted")])]
+    assert rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", "--strict", cwd=site).rc == 1
+    (site / "intent.yaml").write_text(sub("path: inventory.json", "path: inventory/", "maxJobSpan: cluster}",
+                                          "maxJobSpan: cluster, rackErrors: refuse}"))
+    assert rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", cwd=site).rc == 1
 
 
 def test_an_inventory_path_that_does_not_exist(site):
@@ -504,9 +514,14 @@ def test_an_explicit_slice_naming_trays_another_rack_found(site):
     before = snapshot(site)
     res = rackctl("plan", "-f", "intent.yaml", "--state-dir", "state", "--format", "json", cwd=site)
     assert res.rc == 1, res
-    errors = [d for d in json.loads(res.out)["diagnostics"] if d["severity"] == "error"]
+    doc = json.loads(res.out)
+    errors = [d for d in doc["diagnostics"] if d["severity"] == "error"]
+    # The clash holds both racks; neither was applied before, so nothing is left to render.
     assert [(d["code"], d["message"]) for d in errors] == [
-        ("host-two-slices", "gb-a01-n[01-18]: in slices a01 and a02/x; a tray belongs to exactly one slice")]
+        ("host-two-slices", "gb-a01-n[01-18]: in slices a01 and a02/x; a tray belongs to exactly one slice"),
+        ("no-blocks", "no block can be rendered (no slice has trays; held, never applied: a01, a02)"),
+        ("partition-empty", "tier prod: partition gb200 would have no nodes")]
+    assert [h["rack"] for h in doc["held"]] == ["a01", "a02"]
     assert snapshot(site) == before
 
 

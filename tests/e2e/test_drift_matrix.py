@@ -4,19 +4,22 @@ the metrics textfile give the answers of one expected table.
 
 The states: in sync (applied, nothing to do); changes the intent asks for only (a first plan);
 a managed Slurm file edited by hand (drift); a hardware warning only (rack-cliques' Unhealthy
-tray, applied); a held rack (the plan of the in-sync state with a rack held as the layout holds
-one: ``Plan.held``). The CLI runs in this process, as ``rackctl`` would."""
+tray, applied); a held rack, twice: the in-sync state with a host then reported twice in the
+inventory folder (the layout holds its rack), and the plan of the in-sync state with a rack held
+as built here (``Plan.held``, for a cause of rack scope). The CLI runs in this process, as
+``rackctl`` would."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from clihelp import EXAMPLES_DIR, config_dir_for, run_main
+from clihelp import config_dir_for, copy_example, run_main
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.diagnostics import ERROR, Diagnostic
@@ -29,22 +32,24 @@ HELD_CAUSE = Diagnostic(ERROR, "rack-two-domains", "rack r02: trays report 2 clu
 
 class Expected(NamedTuple):
     """One row of the table: the exit codes of plan, drift and reconcile --fail-on-drift, the
-    pass's result word, and the drift by kind (the history, the metric, status and the report
-    all carry it)."""
+    pass's result word, the drift by kind (the history, the metric, status and the report all
+    carry it) and the held racks with the code holding each (``rackctl_racks_held``)."""
 
     plan: int
     drift: int
     reconcile: int
     result: str
     counts: dict[str, int]
+    held: dict[str, str]
 
 
 TABLE = {
-    "in-sync": Expected(0, 0, 0, "ok", {}),
-    "intent-only": Expected(2, 0, 0, "pending", {}),
-    "hand-edit": Expected(2, 2, 2, "drift", {"file": 1}),
-    "hardware": Expected(0, 2, 2, "drift", {"hardware": 1}),
-    "held": Expected(2, 2, 2, "drift", {"held": 1}),
+    "in-sync": Expected(0, 0, 0, "ok", {}, {}),
+    "intent-only": Expected(2, 0, 0, "pending", {}, {}),
+    "hand-edit": Expected(2, 2, 2, "drift", {"file": 1}, {}),
+    "hardware": Expected(0, 2, 2, "drift", {"hardware": 1}, {}),
+    "reported-twice": Expected(2, 2, 2, "drift", {"held": 1}, {"r01": "tray-reported-twice"}),
+    "held": Expected(2, 2, 2, "drift", {"held": 1}, {"r02": "rack-two-domains"}),
 }
 
 
@@ -54,11 +59,11 @@ class State:
 
     def __init__(self, tmp: Path, example: str) -> None:
         self.tmp = tmp
+        self.intent = copy_example(example, tmp / "site")
         self.cfg = config_dir_for(example, tmp)
         self.state = tmp / "state"
         self.history = self.state / example / "history.jsonl"
-        self.args = ["-f", EXAMPLES_DIR / example / "intent.yaml", "--slurm-config-dir", self.cfg,
-                     "--state-dir", self.state]
+        self.args = ["-f", self.intent, "--slurm-config-dir", self.cfg, "--state-dir", self.state]
 
 
 @pytest.fixture
@@ -75,6 +80,9 @@ def build(name: str, tmp_path: Path, capsys, monkeypatch) -> State:
     if name == "hand-edit":
         with open(site.cfg / "rackctl.conf", "a", encoding="utf-8") as fh:
             fh.write("# edited by hand\n")
+    if name == "reported-twice":
+        reports = site.intent.parent / "inventory"
+        shutil.copy2(reports / "gb-r01-n01.json", reports / "gb-r01-n01-again.json")
     if name == "held":
         real = compute.compute
 
@@ -125,7 +133,7 @@ def test_every_view_gives_the_same_answer(state, request, capsys):
     assert drifted == want.counts
     assert m[("rackctl_reconcile_passes_total", (("result", want.result),))] == 1
     held = {dict(k[1])["rack"]: dict(k[1])["cause"] for k, v in m.items() if k[0] == "rackctl_racks_held" and v}
-    assert held == ({"r02": "rack-two-domains"} if "held" in want.counts else {})
+    assert held == want.held
     pending = sum(v for k, v in m.items() if k[0] == "rackctl_reconcile_pending_changes")
     assert pending == len(doc["changes"])
 
@@ -133,13 +141,13 @@ def test_every_view_gives_the_same_answer(state, request, capsys):
     assert status.rc == 0, status
     view = json.loads(status.out)
     assert (view["totals"]["drift"], view["drift"]["counts"]) == (sum(want.counts.values()), want.counts)
-    assert [h["rack"] for h in view["held"]] == (["r02"] if "held" in want.counts else [])
+    assert [h["rack"] for h in view["held"]] == list(want.held)
     assert [r["rack"] for r in view["racks"] if r["held"]] == [h["rack"] for h in view["held"]]
 
     page = run_main(capsys, "report", *state.args).out
     shown = re.search(r"<h3>Drift \((\d+)\)</h3>", page)
     assert (int(shown.group(1)) if shown else 0) == sum(want.counts.values())
-    assert ('<ul class="held">' in page) == ("held" in want.counts)
+    assert ('<ul class="held">' in page) == bool(want.held)
 
 
 def test_held_racks_are_named_at_the_top_of_every_view(tmp_path, capsys, monkeypatch):
@@ -156,7 +164,7 @@ def test_held_racks_are_named_at_the_top_of_every_view(tmp_path, capsys, monkeyp
     text = run_main(capsys, "plan", *site.args).out
     assert text.rstrip().splitlines()[-1].startswith("Plan: No changes to apply: 1 rack(s) held as they are live")
     status = run_main(capsys, "status", *site.args).out
-    assert status.startswith("Held racks") and f"! r02 (18 tray(s): {why})" in status
+    assert status.startswith("Held racks") and f"! r02: held by {why} (18 tray(s))" in status
     page = run_main(capsys, "report", *site.args).out
     assert page.index('<ul class="held">') < page.index('<div class="layout">')
-    assert "<li><code>r02</code> (18 tray(s): [rack-two-domains] rack r02: trays report 2 cluster UUIDs)</li>" in page
+    assert "<li><code>r02</code>: held by [rack-two-domains] rack r02: trays report 2 cluster UUIDs (18 tray(s))</li>" in page

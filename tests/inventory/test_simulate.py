@@ -90,10 +90,13 @@ def test_simulated_miscabled_tray_is_caught(tmp_path, capsys):
     main(["simulate", "--racks", "3", "--miscabled", "1", "--out", str(tmp_path / "inv.json"),
           "--intent", str(tmp_path / "intent.yaml")])
     code, plan = _plan(capsys, tmp_path / "intent.yaml", tmp_path)
-    assert code == 1
-    # The tray reports the next rack's domain: its rack spans two domains, its slice two cliques.
-    assert [d["code"] for d in plan["diagnostics"] if d["severity"] == "error"] == [
-        "rack-two-domains", "slice-two-cliques"]
+    assert code == 2
+    # The tray reports the next rack's domain while the rest of its rack agrees: it is drained in
+    # place, and nothing else of its rack or the fleet waits for it.
+    assert [d["code"] for d in plan["diagnostics"] if d["severity"] != "info"] == [
+        "tray-miscabled", "node-drain", "config-dir-missing"]
+    assert [(s["node"], s["reason"]) for s in plan["node_states"]] == [("gb-r0002-n01", "rackctl: miscabled")]
+    assert plan["held"] == [] and plan["summary"]["block_create"] == 3
 
 
 def test_duplicate_hostnames_need_one_file_and_fail_the_plan(tmp_path, capsys):
@@ -102,5 +105,11 @@ def test_duplicate_hostnames_need_one_file_and_fail_the_plan(tmp_path, capsys):
     assert main(["simulate", "--racks", "2", "--duplicate-hostnames", "1", "--out", str(tmp_path / "inv.json"),
                  "--intent", str(tmp_path / "intent.yaml")]) == 0
     capsys.readouterr()
-    assert main(["plan", "-f", str(tmp_path / "intent.yaml"), "--state-dir", str(tmp_path / "s")]) == 1
-    assert "is reported twice" in capsys.readouterr().err
+    # Neither report is trusted: the rack of that name is held (and, applied never, not placed);
+    # the other rack's tray that claims the name is missing from its rack, drained in place.
+    assert main(["plan", "-f", str(tmp_path / "intent.yaml"), "--state-dir", str(tmp_path / "s"),
+                 "--format", "json"]) == 2
+    plan = json.loads(capsys.readouterr().out)
+    assert [(h["rack"], h["placed"], [c["code"] for c in h["causes"]]) for h in plan["held"]] == [
+        ("r0002", False, ["tray-reported-twice"])]
+    assert [c["address"] for c in plan["changes"] if c["kind"] == "block"] == ["slurm/block/r0001"]

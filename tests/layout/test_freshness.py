@@ -77,13 +77,28 @@ def test_stale_reports_are_announced_and_block_apply(site):
     assert _apply(site, "--allow-stale-inventory").rc == 0
 
 
-def test_reports_from_the_future_are_clock_skew(site):
-    _set(site, inventory="{path: inventory/}", collected_at=_stamp(dt.timedelta(hours=1)), only=1)
+def test_most_reports_from_the_future_are_this_hosts_clock(site):
+    _set(site, inventory="{path: inventory/}", collected_at=_stamp(dt.timedelta(hours=1)), only=19)
     doc = json.loads(_plan(site, "--format", "json").out)
     skew = [d for d in doc["diagnostics"] if d["code"] == "inventory-clock-skew"]
-    assert [d["message"] for d in skew] == ["1 reports are dated more than 300 s in the future (clock skew on the "
-                                            "node or here): gb-a01-n01"]
+    assert [d["message"] for d in skew] == ["19 reports are dated more than 300 s in the future (clock skew on the "
+                                            "node or here): gb-a01-n[01-18],gb-a02-n01"]
+    assert doc["held"] == []
     assert _apply(site).rc == 1
+
+
+def test_a_few_reports_from_the_future_hold_their_racks(site):
+    """One report dated in the future while the others are not: that tray's report is not trusted
+    (a wrong clock there, or a forged report), and its rack is held; the rest goes ahead."""
+    _set(site, inventory="{path: inventory/}", collected_at=_stamp(dt.timedelta(hours=1)), only=1)
+    res = _plan(site, "--format", "json")
+    doc = json.loads(res.out)
+    assert res.rc == 2
+    assert [(h["rack"], h["placed"], [c["code"] for c in h["causes"]]) for h in doc["held"]] == [
+        ("a01", False, ["tray-clock-skew"])]
+    assert [d["code"] for d in doc["diagnostics"] if d["code"].startswith("inventory-")] == []
+    assert [c["address"] for c in doc["changes"] if c["kind"] == "block"] == ["slurm/block/a02"]
+    assert _apply(site).rc == 0
 
 
 @pytest.mark.parametrize("share,blocked", [("0.1", False), ("0.05", True)])

@@ -273,17 +273,17 @@ def test_json_plan_vocabulary(site: Site) -> None:
         for d in doc["diagnostics"]:
             assert d["severity"] in SEVERITIES and d["code"] and isinstance(d["hardware"], bool)
         summary = {k: v for k, v in doc["summary"].items()
-                   if k not in ("errors", "held_racks", "warnings", "drift", "node_drains", "node_resumes",
-                                "node_pending")}
+                   if k not in ("errors", "warnings", "drift", "node_drains", "node_resumes", "node_pending",
+                                "held_racks")}
         counted: dict[str, int] = {}
         for c in doc["changes"]:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
-        # drift: the drift changes, the hardware findings (warning+, not node-state rows), held racks
+        # drift: the drift changes, the hardware findings (warning+, not node-state rows), held racks (none here)
         hardware = [d for d in doc["diagnostics"]
                     if d["hardware"] and d["severity"] != "info" and d["code"] != "node-drain"]
-        assert doc["summary"]["drift"] == (sum(c["cause"] == "drift" for c in doc["changes"]) + len(hardware)
-                                           + doc["summary"]["held_racks"])
+        assert doc["summary"]["held_racks"] == len(doc["held"]) == 0
+        assert doc["summary"]["drift"] == sum(c["cause"] == "drift" for c in doc["changes"]) + len(hardware)
         assert doc["summary"]["node_drains"] == sum(s["action"] == "drain" for s in doc["node_states"])
     assert kinds_seen == {"file", "block", "partition", "setting"}
     assert actions_seen == {"create", "update", "delete", "move"}

@@ -25,11 +25,14 @@ U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"
 
 @pytest.fixture
 def plan(tmp_path: Path):
-    def _plan(body: str, nodes: list[dict], history: History = History()):
+    def _plan(body: str, nodes: list[dict], history: History = History(), holding: bool = False):
+        """The desired Slurm state; holding no rack unless ``holding`` (these tests are about what
+        each rule finds; tests/layout/test_held_racks.py is about what holding does)."""
         (tmp_path / "intent.yaml").write_text("apiVersion: rackctl.dev/v1alpha1\nkind: ClusterIntent\n"
                                               "metadata: {name: t}\n" + textwrap.dedent(body))
         intent, fabric = load_intent(tmp_path / "intent.yaml"), build_fabric(nodes)
-        return desired_slurm(intent, plan_layout(intent, fabric, history), history, fabric.addresses)
+        return desired_slurm(intent, plan_layout(intent, fabric, history, holding=holding), history,
+                             fabric.addresses)
     return _plan
 
 
@@ -129,13 +132,18 @@ def test_rack_that_matches_nothing(plan):
 
 
 def test_history_keeps_a_tray_that_now_reports_an_unknown_domain(plan):
-    """A tray re-cabled into another NVLink domain is still in its applied block: the rack then
-    reports two domains, an error, instead of quietly shrinking the block."""
+    """A tray re-cabled into another NVLink domain is still in its applied block, instead of
+    quietly shrinking the block: the rest of the rack agrees, so it is miscabled and drained in
+    place; with half of the rack in each domain, the rack reports two domains (an error)."""
     body = f"racks:\n  - {{name: r01, select: {{clusterUUID: {U1}}}}}\n"
     history = History((("r01", tuple(f"a{i:02d}" for i in range(1, 19))),))
     desired = plan(body, nr.rack("a[01-17]", U1) + nr.rack("a18", U2), history)
-    assert [c for c, _ in diags(desired, "error")] == ["rack-two-domains", "slice-two-cliques"]
+    assert diags(desired, "error") == []
+    assert [c for c, _ in diags(desired, "warning")] == ["tray-miscabled", "node-drain"]
+    assert [(s.host, s.reason) for s in desired.node_states] == [("a18", "rackctl: miscabled")]
     assert desired.blocks[0].nodes[-1] == "a18"
+    split = plan(body, nr.rack("a[01-09]", U1) + nr.rack("a[10-18]", U2), history)
+    assert [c for c, _ in diags(split, "error")] == ["rack-two-domains", "slice-two-cliques"]
 
 
 def test_explicit_slices_drain_missing_named_trays(plan):

@@ -524,3 +524,22 @@ def test_an_offline_kubernetes_plan_is_refused(kube, cluster, tmp_path, capsys):
     assert_refused(run_main(capsys, "apply", *args, "--plan", planfile), "the plan was made with --offline",
                    "hint: plan again without --offline")
     assert kube.requests() == []
+
+
+def test_the_held_racks_are_in_the_digests(site, capsys):
+    """A plan that holds a rack records which (and why) in its digests: applied as planned, and
+    refused once what it holds differs from what it recorded."""
+    assert site.apply(capsys).rc == 0
+    report = site.intent.parent / "inventory" / "gb-a01-n07.json"
+    report.write_text(json.dumps({**json.loads(report.read_text()), "collectedAt": "2099-01-01T00:00:00Z"}))
+    assert site.plan(capsys).rc == 2  # nothing changes, but a01 is held
+    saved = json.loads(site.planfile.read_text())
+    assert [(h["rack"], [c["code"] for c in h["causes"]]) for h in saved["held"]] == [("a01", ["tray-clock-skew"])]
+    assert saved["provenance"]["held"].startswith("sha256:")
+    res = site.apply_plan(capsys)
+    assert res.rc == 0 and res.out.startswith("No changes."), res
+    saved["provenance"]["held"] = "sha256:" + "0" * 64
+    site.planfile.write_text(json.dumps(saved))
+    before = site.written()
+    assert_refused(site.apply_plan(capsys), "the racks held changed since the plan was made")
+    assert site.written() == before

@@ -58,7 +58,7 @@ def test_the_codes_made_from_a_word_are_the_catalogs_families():
     causes = {call.args[0].value for f, call in _calls("Finding") if isinstance(call.args[0], ast.Constant)}
     assert causes == set(diagnostics.TRAY_CAUSES)
     from reconciler.intent.model import DRAIN_CAUSES
-    assert set(DRAIN_CAUSES) <= causes | {"not-reporting"}  # tray-not-reporting is created by name
+    assert set(DRAIN_CAUSES) <= causes | {"not-reporting", "miscabled"}  # the layout's own, created by name
     # import-plan-KIND: each kind adopt.check reports (through its _change, or by name).
     kinds = {call.args[0].value for f, call in _calls("_change") if f.name == "check.py"}
     named = {c.removeprefix("import-plan-") for c in created() if c.startswith("import-plan-")}

@@ -109,7 +109,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
             allow_empty: bool = False) -> KubeComparison:
     """Compare desired with live. ``history``: the trays' health history (damping);
     ``allow_empty``: prune down to no objects and no labels at all (else refused: an empty
-    desired state is far likelier a failed discovery than an intent)."""
+    desired state is far likelier a failed discovery than an intent). The Nodes of held racks
+    (``Layout.held_trays``) keep their labels, taints and cordons as they are."""
     target = intent.kubernetes
     assert target is not None
     diags: list[Diagnostic] = []
@@ -127,8 +128,12 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
     ours = desired.owner_labels.get(cluster_key)
     claimed: list[str] = []
     present = 0
+    held = layout.held_trays
     for name in sorted(live.nodes, key=hostlist.natural_key):
         node = live.nodes[name]
+        if name in held:
+            present += name in desired.node_labels
+            continue
         want = desired.node_labels.get(name, {})
         present += bool(want)
         other = node.labels.get(cluster_key)
@@ -299,7 +304,8 @@ def _plan_health(intent: Intent, layout: Layout, live: LiveKubernetes, history: 
     assert target is not None
     key, note_key = taint_key(target.label_prefix), cordon_annotation(target.label_prefix)
     infos = {name: _node_info(n, target.unhealthy_nodes, key) for name, n in live.nodes.items()}
-    out.nodes = plan_nodes(layout.tray_states, layout.slice_of, infos, history, intent.damping, now)
+    out.nodes = plan_nodes(layout.tray_states, layout.slice_of, infos, history, intent.damping, now,
+                           layout.held_trays)
     for row in out.nodes.rows:
         node = live.nodes.get(row.node)
         if node is None or row.action not in ("drain", "resume"):

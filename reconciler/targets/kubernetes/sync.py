@@ -145,7 +145,7 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
     if offline:
         versions = renderers.choose_versions(target, None)
         kpass = KubePass(render_kubernetes(intent, layout, domain_of, versions))
-        kpass.changes = _against_record(kpass.desired, record)
+        kpass.changes = _against_record(kpass.desired, record, layout.held_trays)
         kpass.diagnostics.append(Diagnostic(INFO, "kubernetes-not-read", "the Kubernetes API server was not read "
                                             f"(--offline): rendered with {renderers.describe(versions)} and "
                                             "compared with what rackctl last applied (the state dir), not with the "
@@ -191,12 +191,13 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
     return kpass
 
 
-def _against_record(desired: DesiredKubernetes, record: KubeRecord) -> list[Change]:
+def _against_record(desired: DesiredKubernetes, record: KubeRecord, held: frozenset[Hostname]) -> list[Change]:
     """Offline: the changes from what rackctl last applied (its record) to the desired state,
-    each object with its whole rendered manifest as the diff for review."""
+    each object with its whole rendered manifest as the diff for review; the Nodes of held racks
+    (``held``) change nothing."""
     why = "not compared with the cluster (--offline)"
     changes = []
-    for name in sorted(set(desired.node_labels) | set(record.labels), key=hostlist.natural_key):
+    for name in sorted((set(desired.node_labels) | set(record.labels)) - held, key=hostlist.natural_key):
         labels = desired.node_labels.get(name)
         if labels is None:
             changes.append(Change("node", f"kubernetes/Node/{name}", Action.UPDATE, Cause.INTENT,
@@ -312,7 +313,7 @@ class KubeApplied:
 
 def apply(kpass: KubePass, options: KubeOptions, *,
           on_progress: Callable[[int, int], None] | None = None, done: KubeApplied | None = None) -> KubeApplied:
-    """Write what ``plan`` found, in order. Raises ``TargetError`` on the first failed write
+    """Write what ``plan`` found, in order: taints and cordons, labels, objects, prunes. Raises ``TargetError`` on the first failed write
     (after the retries of ``targets.kubernetes``). ``on_progress(done, total)``: called with 0
     first, then after each write (a Node patch, an object applied or pruned). ``done``: filled
     in as writes land (and returned), so that after a failure the caller knows what did."""
@@ -330,6 +331,10 @@ def apply(kpass: KubePass, options: KubeOptions, *,
 
     if on_progress is not None:
         on_progress(0, total)
+    # Taints and cordons first: a taint patch replaces the list whole under the resourceVersion
+    # read, which a label patch of the same Node would move on (a 409 for the taint).
+    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote,
+                               landed=done.taints_landed)
     done.labelled = patch_nodes(api, cmp.label_patches, done.vanished, wrote, landed=done.labels_landed)
     for obj in kpass.applies:
         if obj.address in kpass.replaces:
@@ -339,8 +344,6 @@ def apply(kpass: KubePass, options: KubeOptions, *,
         done.applied += 1
         done.objects_landed.add(obj.address)
         wrote()
-    done.tainted = patch_nodes(api, [p for _, p, _ in cmp.health_patches], done.vanished, wrote,
-                               landed=done.taints_landed)
     done.vanished.sort(key=hostlist.natural_key)  # patches finish in any order
     for obj in reversed(cmp.deletes):
         api.delete(obj, dry_run=False)

@@ -118,7 +118,9 @@ def desired_slurm(intent: Intent, layout: Layout, history: History,
             "Slurm target; listed only)", s.host, hardware=True))
     for first, second in layout.duplicates:
         before["positions"].append(Diagnostic(ERROR, "block-name-duplicate", f"slices {first} and {second} both "
-                                              f"render block {flat_name(second)}", second))
+                                              f"render block {flat_name(second)}", second,
+                                              racks=tuple(dict.fromkeys((rack_of(first), rack_of(second))))))
+    _check_held_sizes(intent, layout, before["positions"])
     blocks = _blocks(intent, layout, history, after["positions"])
     partitions = []
     for tier in layout.tiers:
@@ -204,9 +206,11 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
     The address is the host name (IMEX nodes files take DNS names), or with
     ``targets.slurm.imex.network`` the tray's reported address in that network; a tray that does
     not report keeps its last applied address. The clique is the tray's, else its slice's (a
-    slice is one clique), so a tray going missing does not change the scripts."""
+    slice is one clique), so a tray going missing does not change the scripts. A tray of a held
+    rack keeps its last applied address, and takes no part in the check for shared ones."""
     network = ipaddress.ip_network(intent.slurm.imex.network) if intent.slurm.imex.network else None
     applied = dict(history.imex_addresses)
+    held = layout.held_trays
     out: list[ImexNode] = []
     by_name: list[Hostname] = []
     seen: set[Hostname] = set()
@@ -216,7 +220,7 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
                 continue  # a tray in two slices is already an error (host-two-slices)
             seen.add(h)
             address: str = h
-            if network is not None and h not in addresses:
+            if network is not None and (h not in addresses or h in held):
                 address = applied.get(h, h)
             elif network is not None:
                 inside = [a for a in addresses[h] if _in_network(a, network)]
@@ -226,12 +230,16 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
             out.append(ImexNode(h, address, clique, s.name))
     owners: dict[str, list[Hostname]] = defaultdict(list)
     for n in out:
-        owners[n.address].append(n.host)
+        if n.host not in held:
+            owners[n.address].append(n.host)
     shared = {a: hs for a, hs in owners.items() if len(hs) > 1}
     if shared:
         detail = "; ".join(f"{a}: {hostlist.compress(hs)}" for a, hs in sorted(shared.items()))
+        slice_of = layout.slice_of
+        racks = dict.fromkeys(rack_of(slice_of[h]) for hs in shared.values() for h in hs)
         diags.append(Diagnostic(ERROR, "imex-address-shared", f"trays report the same IMEX address ({detail}); "
-                                "an IMEX nodes file needs one address per tray", "inventory", hardware=True))
+                                "an IMEX nodes file needs one address per tray", "inventory", hardware=True,
+                                racks=tuple(racks)))
         out = [n if n.address not in shared else replace(n, address=n.host) for n in out]
     if by_name:
         diags.append(Diagnostic(WARNING, "imex-address-missing", f"{len(by_name)} trays report no address in "
@@ -239,6 +247,24 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
                                 "targets.slurm.imex.network", hardware=True))
     out.sort(key=lambda n: hostlist.natural_key(n.host))
     return out
+
+
+def _check_held_sizes(intent: Intent, layout: Layout, diags: list[Diagnostic]) -> None:
+    """A held rack keeps its applied blocks; Slurm has one BlockSizes for the whole cluster (the
+    cluster's topology in topology.yaml), so blocks of another size than the intent now slices
+    that rack into cannot be kept beside the others: an error that refuses the plan, saying so."""
+    sizes = {r.name: r.slice_size for r in intent.racks}
+    by_rack: dict[str, set[int]] = defaultdict(set)
+    for s in layout.slices:
+        by_rack[s.rack].add(len(s.trays))
+    for held in layout.held:
+        kept = sorted(by_rack.get(held.rack, set()) - {sizes.get(held.rack)})
+        if held.placed and kept:
+            diags.append(Diagnostic(ERROR, "held-block-size", f"rack {held.rack} is held with its applied blocks of "
+                                    f"{', '.join(map(str, kept))} trays, but the intent now slices it into "
+                                    f"{sizes.get(held.rack)}-tray slices and BlockSizes is one setting for the whole "
+                                    "cluster: the rack cannot be held; fix what holds it, or keep its slicing until "
+                                    "then", held.rack))
 
 
 def _in_network(address: str, network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:

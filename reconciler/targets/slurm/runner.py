@@ -125,7 +125,7 @@ class SlurmPass:
                                   "path changing; set configDir to the controller's absolute path",
                                   "targets.slurm.configDir"))
         assert self.layout is not None
-        return out + slurm_target.check(intent, self.live, self.layout.placed)
+        return out + slurm_target.check(intent, self.live, self.layout.slice_of)
 
     def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return imexcheck.check(self.ctx.intent, found.reports, placed, self.files)
@@ -137,7 +137,7 @@ class SlurmPass:
         live_states = {h: n.live_state for h, n in self.controller.nodes.items()} if self.controller else None
         assert self.layout is not None
         self.nodes = plan_nodes(self.layout.tray_states, self.layout.slice_of, live_states, health,
-                                self.ctx.intent.damping, self.ctx.now)
+                                self.ctx.intent.damping, self.ctx.now, self.layout.held_trays)
         return diags
 
     def _read_controller(self) -> list[Diagnostic]:

@@ -15,7 +15,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from reconciler import __version__
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
@@ -24,7 +24,7 @@ from reconciler.guard import boundedrun
 from reconciler.guard.safedir import SafeDir, check_private
 from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.intent.model import Intent, SlurmTarget
-from reconciler.layout.model import History
+from reconciler.layout.model import History, rack_of
 from reconciler.state import journal
 from reconciler.state.journal import kill_point
 from reconciler.state.statedir import AppliedRecord, Held, StateDir, digest, now_rfc3339
@@ -167,11 +167,12 @@ def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_
                                   f"{hostlist.MAX_HOSTS:,} nodes in all; expected a real cluster's nodes")
 
 
-def check(intent: Intent, live: LiveSlurm, placed_hosts: set[Hostname]) -> list[Diagnostic]:
+def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, SliceName]) -> list[Diagnostic]:
     """Diagnostics about the live config that block rendering (slurm.conf(5) settings, and a
     stray topology file: Slurm reads topology.yaml first and then ignores topology.conf
     (topology.yaml(5)); 24.11 never reads topology.yaml. Either way one of the two files would
-    look live and be dead, so rackctl refuses until the stray one is moved away)."""
+    look live and be dead, so rackctl refuses until the stray one is moved away). ``placed_hosts``:
+    each placed tray's slice."""
     t = intent.slurm
     diags = list(live.diagnostics)
     cdir = display_path(live.config_dir)
@@ -211,10 +212,11 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: set[Hostname]) -> list[
                                 "lines it would hold were not checked", "slurm.conf"))
     if intent.imex == "per-job":
         diags += _imex_site_checks(intent, live)
-    unknown = sorted(placed_hosts - live.node_names, key=hostlist.natural_key)
+    unknown = sorted(placed_hosts.keys() - live.node_names, key=hostlist.natural_key)
     if unknown:
         diags.append(Diagnostic(ERROR, "host-not-nodename", f"{len(unknown)} placed hosts are not a NodeName "
-                                f"in slurm.conf: {hostlist.compress(unknown)}", "slurm.conf"))
+                                f"in slurm.conf: {hostlist.compress(unknown)}", "slurm.conf",
+                                racks=tuple(dict.fromkeys(rack_of(placed_hosts[h]) for h in unknown))))
     return diags
 
 
