@@ -1,4 +1,6 @@
-"""``rackctl drift``: drift of the managed files, Kubernetes objects and hardware, as a plan view."""
+"""``rackctl drift``: the plan's drift (``drift.of``: what changed outside rackctl, orphans,
+hardware findings, held racks) as a plan view; exits 2 on drift only, not on the changes the
+intent asks for."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.cli.plan import add_view_options
 from reconciler.cli.run_options import RunOptions, add_run_options, compute_run
 from reconciler.engine import snapshot
+from reconciler.plan import drift
 from reconciler.views import report
 
 
@@ -36,4 +39,4 @@ def run(options: Options) -> int:
                           show_users=options.show_users, kube=options.kube(),
                           snapshot=snapshot.for_run(options.live_snapshot, intent, options.offline))
     sys.stdout.write(report.render(planned.plan, options.format, command="drift"))
-    return planned.plan.drift_exit_code()
+    return drift.exit_code(planned.plan)

@@ -76,11 +76,17 @@ def run(options: Options) -> int:
         return 0
     rows = [("START", "DURATION", "MODE", "RESULT", "CHANGES", "DRIFT", "INTENT", "ERROR")]
     for e in entries:
-        changes = " ".join(f"{k}:{n}" for k, n in e["changes"].items()) or "-"
         digest = (e["intent_digest"] or "-").removeprefix("sha256:")[:12]
-        rows.append((e["start"], f"{e['duration_s']:.2f}s", e["mode"], e["result"], changes, str(e["drift"]),
-                     digest, shown(" ".join((e["error"] or "").split()))))
+        rows.append((e["start"], f"{e['duration_s']:.2f}s", e["mode"], e["result"], _counts(e["changes"]),
+                     _counts(e["drift"]), digest, shown(" ".join((e["error"] or "").split()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]).rstrip())
     return 0
+
+
+def _counts(counts: dict[str, int] | int) -> str:
+    """``file:2 block:6``, ``-`` for none; an old entry's single drift count as it is."""
+    if isinstance(counts, int):
+        return str(counts)
+    return " ".join(f"{k}:{n}" for k, n in counts.items()) or "-"

@@ -41,23 +41,23 @@ COMMANDS = {
     "snapshot": ("snapshot", 'capture the live state (Slurm files and controller, Kubernetes objects) for `plan --live-snapshot` where the cluster cannot be reached'),
     "plan": ("plan", 'show what apply would change'),
     "apply": ("apply", 'write the Slurm files and reload; label Nodes and apply the Kueue objects (server-side apply)'),
-    "drift": ("drift", 'report drift of managed files, Kubernetes objects and hardware'),
+    "drift": ("drift", 'report drift: what changed outside rackctl, orphan objects, hardware findings, held racks'),
 }
 
 EPILOG = """exit codes:
   validate   0 valid, 1 errors
   inventory  0 written, 1 error (nothing written)
   discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
-  plan       0 no changes, 2 changes, 1 error (incl. error diagnostics)
+  plan       0 no changes, 2 changes or held racks, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure (incl. a saved --plan refused as stale: nothing written)
-  drift      0 none, 2 drift (managed files, Node labels or owned objects differ, or hardware findings), 1 error
+  drift      0 in sync, 2 drift (drift or orphan changes, hardware warnings, held racks; not intended changes), 1 error
   simulate   0 written, 1 error (nothing written)
   collect    0 all nodes reported (or some, failed ones listed in a warning), 1 none reported (nothing written)
   verify     0 every placement probe passed (or not placeable because of drained trays), 1 a probe failed or error
   import     0 intent written (what it cannot express listed as warnings), 1 error (nothing written)
   report     0 written, 1 error (or error diagnostics: the page is still written)
   status     0 shown, 1 error (or error diagnostics: the table is still shown)
-  reconcile  0 pass done (ok, changed, or drift in plan-only mode), 2 drift with --fail-on-drift, 1 pass failed
+  reconcile  0 pass done (ok, pending, changed, or drift in plan-only mode), 2 drift with --fail-on-drift, 1 pass failed
   history    0 shown, 1 error
   snapshot   0 written, 1 error (a target that cannot be read; nothing written)
   a usage error (unknown or missing option) exits 1 on every command

@@ -36,15 +36,18 @@ and, like one that finds the state dir locked, records nothing. The state dir's 
 first (a busy state dir is refused without a request to the API server).
 
 Every pass is recorded in <state-dir>/<cluster>/history.jsonl (the newest 200; `rackctl history`
-shows them) with its result: ok (nothing to do), drift (plan-only: changes pending), changed
-(apply: changes applied), failed. Metrics: --metrics-textfile FILE (node-exporter textfile
-collector, written atomically after each pass) or --metrics-port PORT (HTTP, with --interval).
+shows them) with its result: ok (nothing to do), drift (plan-only: the plan has drift, as
+`rackctl drift` judges it: changes whose cause is drift or orphan, hardware findings of warning
+or worse, held racks), pending (plan-only: only changes the intent asks for, not drift),
+changed (apply: changes applied), failed; and its changes and drift counted by kind. Metrics:
+--metrics-textfile FILE (node-exporter textfile collector, written atomically after each pass)
+or --metrics-port PORT (HTTP, with --interval).
 Events (pass-start, pass-result, ...) go to standard error, one line each (--log-format json:
 one JSON object per line); the plan or apply output goes to standard output.
 
 exit codes (of the last pass when looping):
-  0  the pass did its job (ok, changed, or drift in plan-only mode)
-  2  drift in plan-only mode with --fail-on-drift
+  0  the pass did its job (ok, pending, changed, or drift in plan-only mode)
+  2  drift in plan-only mode with --fail-on-drift (pending changes the intent asks for never)
   1  the pass failed (errors in the plan, unreadable input, a failed apply, the lock or the
      Lease held), or bad arguments
 """
@@ -89,7 +92,8 @@ def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
                    help="plan-only (default): plan and report drift; apply: apply the plan without asking")
     r.add_argument("--interval", metavar="DURATION", help="loop: a pass every DURATION (90s, 10m, 1h, 1d) "
                    "until SIGTERM/SIGINT")
-    r.add_argument("--fail-on-drift", action="store_true", help="plan-only: exit 2 when the pass finds drift")
+    r.add_argument("--fail-on-drift", action="store_true", help="plan-only: exit 2 when the pass finds drift "
+                   "(as `rackctl drift` does; never on changes the intent asks for)")
     r.add_argument("--lease", metavar="NAMESPACE/NAME", help="also hold this coordination.k8s.io/v1 Lease "
                    "during each pass (created if missing), so that passes in different pods or hosts never "
                    "overlap; uses --kubeconfig/--context")

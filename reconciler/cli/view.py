@@ -20,10 +20,12 @@ from reconciler.errors import InputError
 from reconciler.guard import outputs
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.guard.untrusted import shown
+from reconciler.plan.model import Plan
+from reconciler.plan.wire import summary
 from reconciler.targets import registry
 from reconciler.views.html import render_html
 from reconciler.views.rackview import COUNTED, FleetView, fleet_view
-from reconciler.views.report import summary_line
+from reconciler.views.report import HELD_TITLE, held_lines, summary_line
 
 EXIT_OK, EXIT_ERROR = 0, 1
 #: Version of the ``status --format json|yaml`` document.
@@ -120,18 +122,19 @@ def run_status(options: StatusOptions) -> int:
     run = _run(options)
     view = fleet_view(run)
     if options.format == "text":
-        _print_table(view, summary_line(run.plan))
+        _print_table(view, run.plan)
     else:
-        doc = {"format_version": STATUS_FORMAT_VERSION, **view.to_json(), "summary": run.plan.summary(),
-               "errors": [d.to_json() for d in run.plan.diagnostics if d.severity == "error"]}
+        doc = {"format_version": STATUS_FORMAT_VERSION, **view.to_json(), "summary": summary(run.plan),
+               "errors": [d.to_json() for d in run.plan.errors]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n" if options.format == "json"
                          else yaml.safe_dump(doc, sort_keys=False))
     return _errors(run)
 
 
 def _errors(run: compute.Run) -> int:
-    """Exit 1 with one message when the plan has error diagnostics, else 0."""
-    errors = [d for d in run.plan.diagnostics if d.severity == "error"]
+    """Exit 1 with one message when the plan has error diagnostics (but those holding a rack,
+    which the views name with the rack), else 0."""
+    errors = run.plan.errors
     if not errors:
         return EXIT_OK
     print(f"error: the plan has {len(errors)} error(s): " + "; ".join(f"[{d.code}] {shown(d.message)}"
@@ -140,8 +143,9 @@ def _errors(run: compute.Run) -> int:
     return EXIT_ERROR
 
 
-def _print_table(view: FleetView, summary: str) -> None:
-    """The text table (rich): one row per rack, then the totals."""
+def _print_table(view: FleetView, plan: Plan) -> None:
+    """The held racks, then the text table (rich): one row per rack, then the totals; the plan's
+    summary line last."""
     from rich import box  # here, not at the top: only this table needs rich (every command imports this module)
     from rich.console import Console
     from rich.table import Table
@@ -149,7 +153,8 @@ def _print_table(view: FleetView, summary: str) -> None:
     table = Table(title=f"cluster {view.cluster}", box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("rack", "slices", "tiers", "trays", *COUNTED, "drift"):
         text = name in ("rack", "slices", "tiers")
-        table.add_column(name, justify="left" if text else "right", overflow="fold", no_wrap=not text)
+        table.add_column(name.replace("_", "-"), justify="left" if text else "right", overflow="fold",
+                         no_wrap=not text)
     for r in view.racks:
         row = r.to_json()
         table.add_row(r.name, " ".join(row["slices"]) or "-", " ".join(row["tiers"]) or "-",
@@ -160,9 +165,13 @@ def _print_table(view: FleetView, summary: str) -> None:
     console = Console(file=sys.stdout, markup=False, highlight=False, emoji=False)
     if not console.is_terminal:  # a pipe or a file: the table's natural width, never folded at 80 columns
         console.width = 4096
+    if plan.held:
+        console.print(HELD_TITLE)
+        for rack, why in held_lines(plan):
+            console.print(shown(f"  ! {rack}: {why}"), soft_wrap=True)
     console.print(table)
     if view.cluster_drift:
         console.print(shown(f"cluster-wide drift: {', '.join(view.cluster_drift)}"))
     if view.unplaced:
         console.print(f"discovered trays in no slice: {len(view.unplaced)}")
-    console.print(shown(summary), soft_wrap=True)
+    console.print(shown(summary_line(plan)), soft_wrap=True)

@@ -13,17 +13,18 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from reconciler.guard import redact
+from reconciler.plan.drift import CHANGE_KINDS, KINDS
 from reconciler.state import history
 
 EXIT_OK, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
-#: Change kinds (``plan.Change.kind``): every one has a drift and an applied series, 0 when none.
-CHANGE_KINDS = ("file", "block", "partition", "setting", "node", "controller", "object")
 
 
 @dataclass
 class Outcome:
-    """What one pass did. ``drained``: target -> trays rackctl holds out of service after the pass
-    (left out when the pass failed)."""
+    """What one pass did. ``changes``: the plan's changes by kind (pending in plan-only mode,
+    applied in apply mode); ``drift``: the plan's drift by kind (``drift.KINDS``, kinds with
+    none left out); ``held``: held rack -> the codes of its causes; ``drained``: target -> trays
+    rackctl holds out of service after the pass (left out when the pass failed)."""
 
     cluster: str
     start: dt.datetime
@@ -32,8 +33,9 @@ class Outcome:
     result: str = "failed"
     duration_s: float = 0.0
     changes: dict[str, int] = field(default_factory=dict)
-    drift: int = 0
+    drift: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    held: dict[str, tuple[str, ...]] = field(default_factory=dict)
     drained: dict[str, int] = field(default_factory=dict)
 
     def entry(self) -> dict[str, Any]:
@@ -59,16 +61,24 @@ class Metrics:
                                   "End of the last pass that did not fail (Unix time; from the history at start)",
                                   registry=r)
         self.duration = Gauge("rackctl_reconcile_duration_seconds", "Duration of the last pass", registry=r)
-        self.drift = Gauge("rackctl_reconcile_drift", "Changes the last pass left pending, by kind (plan-only: "
-                           "what apply would change; apply: 0 once applied)", ["kind"], registry=r)
+        self.drift = Gauge("rackctl_reconcile_drift", "Drift the last pass left, by kind: drift and orphan changes "
+                           "by change kind (apply: 0 once applied), hardware findings, held racks; what `rackctl "
+                           "drift` exits 2 on", ["kind"], registry=r)
+        self.pending = Gauge("rackctl_reconcile_pending_changes", "Changes the last pass left pending, by kind "
+                             "(plan-only: what apply would change, drift or not; apply: 0 once applied)", ["kind"],
+                             registry=r)
+        self.held = Gauge("rackctl_racks_held", "1 for each rack the last pass held as it is live and each cause "
+                          "(a diagnostic code) holding it", ["rack", "cause"], registry=r)
         self.applied = Counter("rackctl_reconcile_changes_applied", "Changes applied by the passes of this "
                                "process, by kind", ["kind"], registry=r)
         self.drained = Gauge("rackctl_trays_drained", "Trays rackctl holds out of service after the last pass "
                              "(Slurm drains; Kubernetes taints or cordons)", ["target"], registry=r)
         self.passes = Counter("rackctl_reconcile_passes", "Passes of this process, by result", ["result"],
                               registry=r)
-        for kind in CHANGE_KINDS:
+        for kind in KINDS:
             self.drift.labels(kind).set(0)
+        for kind in CHANGE_KINDS:
+            self.pending.labels(kind).set(0)
             self.applied.labels(kind)
         for result in history.RESULTS:
             self.passes.labels(result)
@@ -89,9 +99,16 @@ class Metrics:
         if out.result == "failed":
             return
         self.last_success.set(out.start.timestamp() + out.duration_s)
-        pending = out.changes if out.result == "drift" else {}
+        applied = out.mode == "apply"  # what apply changed is no longer pending, nor drift
+        pending = {} if applied else out.changes
         for kind in set(CHANGE_KINDS) | set(out.changes):
-            self.drift.labels(kind).set(pending.get(kind, 0))
+            self.pending.labels(kind).set(pending.get(kind, 0))
+        for kind in set(KINDS) | set(out.drift):
+            self.drift.labels(kind).set(0 if applied and kind in CHANGE_KINDS else out.drift.get(kind, 0))
+        self.held.clear()  # a rack no longer held leaves no series behind
+        for rack, causes in out.held.items():
+            for cause in causes:
+                self.held.labels(rack, cause).set(1)
         if out.result == "changed":
             for kind, n in out.changes.items():
                 self.applied.labels(kind).inc(n)

@@ -30,6 +30,7 @@ from reconciler.errors import RackctlError, os_error_text
 from reconciler.guard import redact
 from reconciler.guard.atomicfile import atomic_write
 from reconciler.intent.model import Intent
+from reconciler.plan import drift
 from reconciler.state import history
 from reconciler.state.migrate import open_state
 from reconciler.state.statedir import Held, lock_timeout_s
@@ -109,7 +110,7 @@ def run_pass(settings: PassSettings, kube: KubeOptions, log: EventLog, cluster: 
         out.duration_s = time.monotonic() - began
     log.event("error" if out.result == "failed" else "info", "pass-result", out.cluster, mode=out.mode,
               result=out.result, duration_s=round(out.duration_s, 3), changes=out.changes, drift=out.drift,
-              error=out.error)
+              held=sorted(out.held) or None, error=out.error)
     return out
 
 
@@ -144,24 +145,30 @@ def _recover(settings: PassSettings, log: EventLog, intent: Intent, held: Held) 
 
 
 def _plan_or_apply(settings: PassSettings, kube: KubeOptions, run: compute.Run, out: Outcome) -> None:
-    """The body of a pass: fill ``out`` from the plan; apply it in apply mode. Raises on failure."""
+    """The body of a pass: fill ``out`` from the plan; apply it in apply mode. Raises on failure
+    (errors holding a rack do not fail it: the rack is held, and counted as drift).
+
+    Plan-only results: ``drift`` when the plan has drift (``drift.of``, as ``rackctl drift``
+    judges it), else ``pending`` when it has changes the intent asks for, else ``ok``."""
     plan = run.plan
+    found = drift.of(plan)
     out.changes = dict(sorted(Tally(c.kind for c in plan.changes).items()))
-    out.drift = len(plan.drift)
+    out.drift = found.counts()
+    out.held = {r.rack: tuple(dict.fromkeys(d.code for d in r.causes)) for r in found.held}
     if settings.mode == "plan-only":
         sys.stdout.write(report.render(plan, "text"))
-        errors = [d for d in plan.diagnostics if d.severity == "error"]
+        errors = plan.errors
         if errors:
             raise RackctlError(f"the plan has {len(errors)} error(s): "
                                + "; ".join(f"[{d.code}] {d.message}" for d in errors[:3])
                                + (" ..." if len(errors) > 3 else ""))
-        out.result = "drift" if plan.has_changes else "ok"
+        out.result = "drift" if found else "pending" if plan.has_changes else "ok"
     else:
         apply.apply_run(run, settings.apply, kube)  # auto-approved: returns 0 or raises
         out.result = "changed" if plan.has_changes else "ok"
-    held = ("drained", "drain") if settings.mode == "apply" else ("drained",)
+    out_of_service = ("drained", "drain") if settings.mode == "apply" else ("drained",)
     for name, target_pass in run.passes.items():
-        out.drained[name] = sum(r.action in held for r in target_pass.node_rows())
+        out.drained[name] = sum(r.action in out_of_service for r in target_pass.node_rows())
 
 
 def run_loop(settings: PassSettings, kube: KubeOptions, log: EventLog, metrics: Metrics, *,

@@ -1,10 +1,12 @@
 """The plan: what would change and why, as data (serialized with ``format_version``).
 
 Changes carry an action from a fixed set and a cause: ``intent`` (the intent or the fabric asks
-for it) or ``drift`` (someone changed a managed file outside rackctl since the last apply).
-Drift is also listed apart. A file change that replaces or removes a file rackctl has no record
-of writing (no apply record of this config dir lists it, nor an import's) *takes over* that file:
-``apply`` refuses it without ``--take-over``. The human views in ``report`` are rendered from this
+for it), ``drift`` (someone changed a managed thing outside rackctl since the last apply) or
+``orphan`` (an object carrying rackctl's owner labels that its apply record does not list). What
+drifted is listed apart (``Plan.drift``); ``reconciler.plan.drift`` holds the one definition of
+drift. A file change that replaces or removes a file rackctl has no record of writing (no apply
+record of this config dir lists it, nor an import's) *takes over* that file: ``apply`` refuses it
+without ``--take-over``. The human views in ``report`` are rendered from this
 same data.
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from reconciler.diagnostics import ERROR, NODE_STATE, STALE, WARNING, Diagnostic, tagged
+from reconciler.diagnostics import ERROR, NODE_STATE, STALE, Diagnostic, tagged
 from reconciler.layout.model import HeldRack
 from reconciler.plan.provenance import Provenance
 
@@ -50,11 +52,14 @@ class Action(_Word):
 
 
 class Cause(_Word):
-    """Why: the intent (or the fabric) asks for it, or someone changed a managed thing outside
-    rackctl since the last apply."""
+    """Why: the intent (or the fabric) asks for it; someone changed a managed thing outside
+    rackctl since the last apply; or an object rackctl owns (its owner labels) that rackctl's
+    apply record does not list is deleted (left by an apply that crashed, or made by someone with
+    rackctl's labels)."""
 
     INTENT = "intent"
     DRIFT = "drift"
+    ORPHAN = "orphan"
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,8 @@ class Plan:
 
     @property
     def drift(self) -> tuple[dict[str, str], ...]:
+        """The targets' entries of what changed outside rackctl (``address``, ``cause``,
+        ``detail``): the details views show; what counts as drift is ``reconciler.plan.drift``."""
         return ((self.slurm.drift if self.slurm else ()) + self.host_drift
                 + (self.kubernetes.drift if self.kubernetes else ()))
 
@@ -217,27 +224,3 @@ class Plan:
     def exit_code(self) -> int:
         """Terraform's -detailed-exitcode: 1 errors, 2 changes or held racks, 0 nothing to do."""
         return 1 if self.has_errors else 2 if self.has_changes or self.held else 0
-
-    def drift_exit_code(self) -> int:
-        """For ``rackctl drift``: 1 errors, 2 files differ or hardware findings (warning+), else 0."""
-        if self.has_errors:
-            return 1
-        hardware = any(d.hardware and d.severity in (ERROR, WARNING) for d in self.diagnostics)
-        return 2 if self.has_changes or hardware or self.held else 0
-
-    def summary(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for c in self.changes:
-            if c.kind != "node" or c.address.startswith("kubernetes/"):
-                key = f"{'node' if c.kind == 'node' else c.kind}_{c.action}"
-                counts[key] = counts.get(key, 0) + 1
-        counts["errors"] = len(self.errors)
-        counts["held_racks"] = len(self.held)
-        # Drains are counted apart: they are listed under node states, not among the warnings.
-        counts["warnings"] = sum(d.severity == WARNING for d in self.listed_diagnostics)
-        actions = [s.get("action") for s in self.node_states]
-        counts["node_drains"] = actions.count("drain")
-        counts["node_resumes"] = actions.count("resume")
-        counts["node_pending"] = actions.count("pending-drain") + actions.count("pending-resume")
-        counts["drift"] = len(self.drift)
-        return counts

@@ -5,11 +5,16 @@ line with fsync while it holds the state dir's lock (so two passes never write a
 file grows past ``KEEP`` lines it is trimmed by an atomic replace. Each entry::
 
     {"start": "2025-06-01T10:00:00Z", "duration_s": 1.42, "mode": "plan-only" | "apply",
-     "intent_digest": "sha256:<hex of the intent file>" | null, "result": "ok" | "drift" | "changed" | "failed",
-     "changes": {"file": 2, "block": 6, ...}, "drift": 0, "error": null | "message"}
+     "intent_digest": "sha256:<hex of the intent file>" | null,
+     "result": "ok" | "drift" | "pending" | "changed" | "failed",
+     "changes": {"file": 2, "block": 6, ...}, "drift": {"file": 1, "hardware": 2, "held": 1},
+     "error": null | "message"}
 
 ``changes`` counts the plan's changes by kind (pending in plan-only mode, applied in apply mode);
-``drift`` counts the plan's drift items (things changed outside rackctl since its last apply).
+``drift`` counts the plan's drift by kind (``reconciler.plan.drift``: drift and orphan changes by
+change kind, ``hardware`` findings, ``held`` racks; what ``rackctl drift`` exits 2 on; entries
+written before it meant this hold one count instead, of the things changed outside rackctl). Plan-only
+results: ``drift`` (the plan has drift), ``pending`` (only changes the intent asks for), ``ok``.
 ``error`` is the message the CLI would print, as one line; a pass that did not fail may carry
 one too when its ``--lease`` could not be renewed while it ran.
 """
@@ -25,7 +30,7 @@ from reconciler.state.statedir import MAX_RECORD_BYTES, StateDir
 FILE = "history.jsonl"
 KEEP = 200
 MODES = ("plan-only", "apply")
-RESULTS = ("ok", "drift", "changed", "failed")
+RESULTS = ("ok", "drift", "pending", "changed", "failed")
 
 
 def append(state: StateDir, entry: dict[str, Any], *, keep: int = KEEP) -> None:
@@ -67,10 +72,13 @@ def _check(entry: Any) -> None:
         raise ValueError(f"mode {entry['mode']!r} or result {entry['result']!r} unknown")
     if not isinstance(entry["start"], str) or not isinstance(entry["duration_s"], (int, float)):
         raise TypeError("start must be text and duration_s a number")
-    changes = entry["changes"]
-    if not isinstance(changes, dict) or not all(isinstance(v, int) for v in changes.values()):
-        raise TypeError("changes must map kinds to counts")
-    if not isinstance(entry["drift"], int) or not isinstance(entry["error"], (str, type(None))):
-        raise TypeError("drift must be a count and error text or null")
+    for key in ("changes", "drift"):
+        counts = entry[key]
+        if key == "drift" and isinstance(counts, int):
+            continue  # an entry written before drift was counted by kind
+        if not isinstance(counts, dict) or not all(isinstance(v, int) for v in counts.values()):
+            raise TypeError(f"{key} must map kinds to counts")
+    if not isinstance(entry["error"], (str, type(None))):
+        raise TypeError("error must be text or null")
     if not isinstance(entry["intent_digest"], (str, type(None))):
         raise TypeError("intent_digest must be text or null")

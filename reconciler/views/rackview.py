@@ -7,17 +7,20 @@ one, else natural host order), each with its slice, the tiers it serves, one **s
 
 - ``missing``: in a slice but not in the inventory (or, when its name cannot be known, one of
   the trays the rack declares and no selector or applied block names);
-- ``drained``: out of service: a desired drain (listed, applied now, or already in place),
-  drained or down on the running controller (by anyone), tainted ``NoSchedule``/``NoExecute``
-  or cordoned on Kubernetes;
+- ``drained``: out of service as the running targets show it: drained (by rackctl before, or by
+  anyone) or down on the controller, tainted ``NoSchedule``/``NoExecute`` or cordoned on
+  Kubernetes; never a drain the plan only lists;
+- ``to_drain``: the plan drains it (applied by the next apply; also a drain listed while the
+  controller was not read);
 - ``pending``: damping holds a drain or a resume back (``defaults.health``);
 - ``healthy``: the rest (also a tray resumed by this pass).
 
 Marks say why: ``fault`` (a finding that drains, e.g. an Unhealthy fabric), ``degraded`` (a
 warning-only finding), ``drain``, ``resume``, ``pending``, ``operator`` (drained or cordoned by
 someone else), ``down``, ``taint``, ``drift`` (its block or Node changed outside rackctl),
-``missing``. Drift a rack cannot own (a managed file, a setting, a Kueue object) is listed
-cluster-wide.
+``missing``. Drift (``drift.of``: the drift and orphan changes) a rack cannot own (a managed
+file, a setting, a Kueue object) is listed cluster-wide; the counts of drift (totals) and the held
+racks are the plan's, as ``rackctl drift`` reads them.
 """
 
 from __future__ import annotations
@@ -28,18 +31,20 @@ from typing import Any, Callable, Mapping, Protocol
 from reconciler.fabric.model import Fabric
 from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.intent.model import Intent
-from reconciler.layout.model import Layout, flat_name
+from reconciler.layout.model import HeldRack, Layout, flat_name
 from reconciler.layout.planner import tray_order_key
+from reconciler.plan import drift
+from reconciler.plan.drift import Drift
 from reconciler.plan.model import Plan
 from reconciler.targets.protocol import TargetPass
 from reconciler.targets.slurm.target import rack_of_block
 from reconciler.text import hostlist
 
-HEALTHY, PENDING, DRAINED, MISSING = "healthy", "pending", "drained", "missing"
+HEALTHY, PENDING, TO_DRAIN, DRAINED, MISSING = "healthy", "pending", "to_drain", "drained", "missing"
 #: Tray states, least severe first (a tray takes the most severe that applies).
-STATES = (HEALTHY, PENDING, DRAINED, MISSING)
+STATES = (HEALTHY, PENDING, TO_DRAIN, DRAINED, MISSING)
 #: The order ``status`` counts them in.
-COUNTED = (HEALTHY, DRAINED, PENDING, MISSING)
+COUNTED = (HEALTHY, DRAINED, TO_DRAIN, PENDING, MISSING)
 #: Marks in the order a tray lists them.
 MARKS = ("missing", "fault", "degraded", "drain", "taint", "operator", "down", "pending", "resume", "drift")
 
@@ -58,8 +63,9 @@ class Run(Protocol):
     def plan(self) -> Plan: ...
     @property
     def passes(self) -> Mapping[str, TargetPass]: ...
-#: Node-state actions (``nodestates.NodeRow``) -> (state, mark).
-_ROW = {"drain": (DRAINED, "drain"), "drained": (DRAINED, "drain"), "listed": (DRAINED, "drain"),
+#: Node-state actions (``nodestates.NodeRow``) -> (state, mark). ``drained`` and ``operator``
+#: rows are what the controller showed; ``drain`` and ``listed`` only what the plan asks for.
+_ROW = {"drain": (TO_DRAIN, "drain"), "drained": (DRAINED, "drain"), "listed": (TO_DRAIN, "drain"),
         "operator": (DRAINED, "operator"), "pending-drain": (PENDING, "pending"),
         "pending-resume": (PENDING, "pending"), "resume": (HEALTHY, "resume")}
 
@@ -98,13 +104,14 @@ class SliceView:
 
 @dataclass(frozen=True)
 class RackView:
-    """One rack: its slices (block position order) and trays (top to bottom), and the drift
-    items it owns (addresses)."""
+    """One rack: its slices (block position order) and trays (top to bottom), the drift changes
+    it owns (addresses), and whether it is held as it is live (``Plan.held``)."""
 
     name: str
     slices: tuple[SliceView, ...]
     trays: tuple[TrayView, ...]
     drift: tuple[str, ...]
+    held: bool = False
 
     def count(self, state: str) -> int:
         """How many of its trays are in ``state``."""
@@ -122,31 +129,41 @@ class RackView:
     def to_json(self) -> dict[str, Any]:
         """The status row: names and counts."""
         return {"rack": self.name, "slices": [s.name for s in self.slices], "tiers": list(self.tiers),
-                "trays": len(self.trays), **{s: self.count(s) for s in COUNTED}, "drift": len(self.drift)}
+                "trays": len(self.trays), **{s: self.count(s) for s in COUNTED}, "drift": len(self.drift),
+                "held": self.held}
 
 
 @dataclass(frozen=True)
 class FleetView:
     """Every rack in intent order; ``unplaced``: discovered trays in no slice (natural order);
-    ``cluster_drift``: drift addresses no rack owns."""
+    ``cluster_drift``: drift addresses no rack owns; ``drift``: the plan's drift (the one
+    definition: drift and orphan changes, hardware findings, held racks); ``held``: the held racks,
+    plan order."""
 
     cluster: str
     racks: list[RackView]
     unplaced: list[Hostname] = field(default_factory=list)
     cluster_drift: list[str] = field(default_factory=list)
+    drift: Drift = Drift((), (), ())
+    held: tuple[HeldRack, ...] = ()
 
     def totals(self) -> dict[str, int]:
-        """Sums over the racks; ``drift`` also counts the cluster-wide items."""
+        """Sums over the racks; ``drift``: the plan's drift items (``drift.Drift.total``, what
+        ``rackctl drift`` exits 2 on), ``held``: held racks."""
         out = {"racks": len(self.racks), "trays": sum(len(r.trays) for r in self.racks)}
         out.update({s: sum(r.count(s) for r in self.racks) for s in COUNTED})
-        out["drift"] = sum(len(r.drift) for r in self.racks) + len(self.cluster_drift)
+        out["drift"] = self.drift.total
+        out["held"] = len(self.held)
         out["unplaced"] = len(self.unplaced)
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """Racks, totals, unplaced trays (a hostlist) and cluster-wide drift."""
-        return {"cluster": self.cluster, "racks": [r.to_json() for r in self.racks], "totals": self.totals(),
-                "unplaced": hostlist.compress(self.unplaced), "cluster_drift": self.cluster_drift}
+        """Held racks (``HeldRack.to_json``) first, racks, totals, unplaced trays (a hostlist),
+        cluster-wide drift addresses and the drift (``drift.Drift.to_json``)."""
+        return {"cluster": self.cluster, "held": [r.to_json() for r in self.held],
+                "racks": [r.to_json() for r in self.racks], "totals": self.totals(),
+                "unplaced": hostlist.compress(self.unplaced), "cluster_drift": self.cluster_drift,
+                "drift": self.drift.to_json()}
 
 
 class _Tray:
@@ -186,11 +203,13 @@ def fleet_view(run: Run) -> FleetView:
         note = "; ".join(x for x in (row["reason"], row.get("note", "")) if x)
         tray(row["node"]).add(state, mark if row_mark == "drain" else row_mark, note)
     _live_marks(run, tray)
-    drift_hosts, drift_blocks, cluster_drift = _drift(run)
+    plan_drift = drift.of(plan)
+    drift_hosts, drift_blocks, cluster_drift = _drift(plan_drift)
     for drifted, addresses in drift_hosts.items():
         for a in addresses:
             tray(drifted).add(HEALTHY, "drift", f"drift: {a}")
 
+    held_racks = {r.rack for r in plan.held}
     slice_by_name = {s.name: s for s in layout.slices}
     blocks_of: dict[str, list[_Block]] = {}
     for p in layout.positions:  # the slices in position order; a held position has none
@@ -222,12 +241,12 @@ def fleet_view(run: Run) -> FleetView:
                                                                "names it",))] * max(rack.trays - len(views), 0)
         owned = sorted({f"slurm/block/{b.name}" for b in blocks if b.name in drift_blocks}
                        | {a for h in members for a in drift_hosts.get(h, ())})
-        racks.append(RackView(rack.name, slices, tuple(views), tuple(owned)))
+        racks.append(RackView(rack.name, slices, tuple(views), tuple(owned), rack.name in held_racks))
     rack_names = {r.name for r in run.intent.racks}
     cluster_drift += sorted(f"slurm/block/{b}" for b in drift_blocks if rack_of_block(b) not in rack_names)
     cluster_drift += sorted(a for h, addresses in drift_hosts.items() if h not in placed for a in addresses)
     unplaced = sorted(set(fabric.trays) - placed, key=hostlist.natural_key)
-    return FleetView(plan.cluster, racks, unplaced, sorted(set(cluster_drift)))
+    return FleetView(plan.cluster, racks, unplaced, sorted(set(cluster_drift)), plan_drift, plan.held)
 
 
 def _node_rows(run: Run) -> list[tuple[dict[str, str], str]]:
@@ -243,18 +262,17 @@ def _live_marks(run: Run, tray: Callable[[str], _Tray]) -> None:
             tray(host).add(DRAINED, mark, note)
 
 
-def _drift(run: Run) -> tuple[dict[str, list[str]], set[str], list[str]]:
-    """Drift items by owner: host -> addresses (a Node's labels, a host's IMEX service), the
-    blocks a drift change touches, and the rest (files, settings, partitions, objects)."""
-    plan = run.plan
-    addresses = [d["address"] for d in plan.drift] + [c.address for c in plan.changes if c.cause == "drift"]
+def _drift(found: Drift) -> tuple[dict[str, list[str]], set[str], list[str]]:
+    """The drift changes' addresses by owner: host -> addresses (a Node's labels), the blocks a
+    drift change touches, and the rest (files, settings, partitions, objects)."""
+    addresses = [c.address for c in found.changes]
     hosts: dict[str, list[str]] = {}
     blocks: set[str] = set()
     rest: list[str] = []
     for a in dict.fromkeys(addresses):
         parts = a.split("/")
-        if a.startswith("kubernetes/Node/") or (parts[0] == "node" and len(parts) > 2):
-            hosts.setdefault(parts[2] if parts[0] == "kubernetes" else parts[1], []).append(a)
+        if a.startswith("kubernetes/Node/"):
+            hosts.setdefault(parts[2], []).append(a)
         elif a.startswith("slurm/block/"):
             blocks.add(parts[2])
         else:

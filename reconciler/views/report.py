@@ -18,8 +18,9 @@ import yaml
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.guard.untrusted import code_span, fence, markdown, shown
+from reconciler.plan import drift
 from reconciler.plan.model import Change, Plan, SlurmSection
-from reconciler.plan.wire import plan_document
+from reconciler.plan.wire import plan_document, summary
 
 MAX_DIFF_LINES = 200
 MAX_SCRIPT_DIFF_LINES = 12
@@ -92,7 +93,7 @@ def _file_diff(c: Change) -> list[str]:
 
 def summary_line(plan: Plan) -> str:
     """``Plan: 2 files to change (...), 3 blocks ... ; 1 warning, 0 errors.``"""
-    s = plan.summary()
+    s = summary(plan)
 
     def part(kind: str, label: str) -> str | None:
         n = {a: s.get(f"{kind}_{a}", 0) for a in ("create", "update", "delete", "move", "replace")}
@@ -123,6 +124,8 @@ def summary_line(plan: Plan) -> str:
         head = "; ".join(parts)
     elif s["errors"]:
         head = "No changes can be planned until the errors below are fixed"
+    elif plan.held:
+        head = f"No changes to apply: {len(plan.held)} rack(s) held as they are live (see Held racks)"
     elif matched:
         head = f"No changes. {matched[0].upper()}{matched[1:]} {verb} the intent"
     else:
@@ -134,6 +137,8 @@ def summary_line(plan: Plan) -> str:
             tail = f"{s[key]} node(s) {label}, " + tail
     if s["drift"]:
         tail = f"{s['drift']} drifted item(s), " + tail
+    if plan.held:
+        tail = f"{len(plan.held)} held rack(s), " + tail
     if plan.taken_over:
         tail = f"{len(plan.taken_over)} file(s) taken over (apply needs --take-over), " + tail
     return f"Plan: {head}. {tail}."
@@ -191,27 +196,91 @@ def _kube_text(plan: Plan) -> list[str]:
     return out + [""]
 
 
+def drift_line(plan: Plan) -> str:
+    """``rackctl drift``'s last line: ``Drift: 3 item(s) out of sync (file 1, hardware 1, held 1);
+    2 change(s) the intent asks for (not drift); 1 warning(s), 0 error(s).`` or ``No drift: ...``."""
+    found, wanted = drift.of(plan), len(drift.intent_changes(plan))
+    s = summary(plan)
+    if s["errors"]:
+        head = "Drift cannot be judged until the errors are fixed"
+    elif found:
+        head = f"Drift: {found.total} item(s) out of sync ({_kinds(found)})"
+    else:
+        head = "No drift: in sync (nothing changed outside rackctl, no hardware finding, no held rack)"
+    wanted_text = (f"{wanted} change(s) the intent asks for (not drift; `rackctl plan` shows them)" if wanted
+                   else "no change the intent asks for")
+    return f"{head}; {wanted_text}; {s['warnings']} warning(s), {s['errors']} error(s)."
+
+
+def _kinds(found: drift.Drift) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in found.counts().items())
+
+
+HELD_TITLE = "Held racks (kept as they are live; nothing is applied to them; they count as drift):"
+
+
+def held_lines(plan: Plan) -> list[tuple[str, str]]:
+    """(rack, why) of each held rack: ``held by [code] message; ... (18 tray(s))``, its causes, then
+    its trays and whether it is placed."""
+    out = []
+    for r in plan.held:
+        where = f"{len(r.trays)} tray(s)" + ("" if r.placed else ", not placed: nothing was applied to it yet")
+        out.append((r.rack, "held by " + "; ".join(f"[{d.code}] {d.message}" for d in r.causes) + f" ({where})"))
+    return out
+
+
+def _held_text(plan: Plan) -> list[str]:
+    if not plan.held:
+        return []
+    return [HELD_TITLE, *(f"  ! {rack}: {why}" for rack, why in held_lines(plan)), ""]
+
+
+def _drift_text(plan: Plan, diffs: bool) -> list[str]:
+    """The drift (``drift.of``): each drift or orphan change (its diff with ``diffs``), then how
+    many hardware findings and held racks, which are listed in their own sections."""
+    found = drift.of(plan)
+    if not found:
+        return []
+    detail = {d["address"]: d["detail"] for d in plan.drift}
+    out = [f"Drift (out of sync: {found.total} item(s): {_kinds(found)}):"]
+    for c in found.changes[:MAX_NODE_LINES]:
+        out.append(f"  {_MARK[c.action]} {c.address}: {detail.get(c.address, c.reason)} ({c.action}, cause: {c.cause})")
+        if diffs and c.kind in ("file", "object"):
+            out += ["      " + line for line in _file_diff(c)]
+    if len(found.changes) > MAX_NODE_LINES:
+        out.append(f"  ... {len(found.changes) - MAX_NODE_LINES} more drift change(s) (the JSON plan has them all)")
+    if found.hardware:
+        out.append(f"  ! {len(found.hardware)} hardware finding(s) of warning severity or worse (listed below)")
+    if found.held:
+        out.append(f"  ! {len(found.held)} held rack(s) (listed above)")
+    return out + [""]
+
+
+_INTENT_TITLE = "Changes the intent asks for (not drift; `rackctl plan` shows them with their diffs):"
+
+
+def _intent_text(plan: Plan) -> list[str]:
+    """``rackctl drift``: the changes that are not drift, one line each (capped)."""
+    wanted = drift.intent_changes(plan)
+    if not wanted:
+        return []
+    out = [_INTENT_TITLE]
+    out += [f"  {_MARK[c.action]} {c.address} ({c.action}): {c.reason}" for c in wanted[:MAX_NODE_LINES]]
+    if len(wanted) > MAX_NODE_LINES:
+        out.append(f"  ... {len(wanted) - MAX_NODE_LINES} more change(s) (`rackctl plan` has them all)")
+    return out + [""]
+
+
 def _text(plan: Plan, command: str) -> str:
     out = [f"rackctl {command} for cluster {plan.cluster} ({_targets(plan)})", ""]
     for d in plan.stale_inventory:  # first thing a reader sees: the plan may not reflect the fleet
         out += [f"!! INVENTORY: {d.message}", ""]
-    if plan.drift:
-        out.append("Drift (changed outside rackctl since the last apply):")
-        out += [f"  ~ {d['address']}: {d['detail']}" for d in plan.drift]
-        out.append("")
-    if plan.taken_over:
-        out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
-    if _slurm(plan).resource_changes or _slurm(plan).file_changes or _slurm(plan).controller_changes:
-        out.append("Changes:")
-        for c in _slurm(plan).resource_changes + _slurm(plan).controller_changes:
-            out.append(_change_line(c))
-        for c in _slurm(plan).file_changes:
-            out.append(_change_line(c))
-            out += ["      " + line for line in _file_diff(c)]
-        out.append("")
-    if _slurm(plan).reload is not None:
-        out += [reload_line(plan), ""]
-    out += _kube_text(plan)
+    out += _held_text(plan)
+    out += _drift_text(plan, diffs=command == "drift")
+    if command == "drift":
+        out += _intent_text(plan)
+    else:
+        out += _changes_text(plan)
     out += _controller_text(plan)
     if plan.node_states:
         out.append("Node states:")
@@ -225,8 +294,26 @@ def _text(plan: Plan, command: str) -> str:
             out.append(f"{title}:")
             out += [f"  {sev}: [{d.code}] {d.message}" for d in items]
             out.append("")
-    out.append(summary_line(plan))
+    out.append(drift_line(plan) if command == "drift" else summary_line(plan))
     return "\n".join(map(shown, out)) + "\n"  # each line inert: reasons and diffs come from outside
+
+
+def _changes_text(plan: Plan) -> list[str]:
+    """``rackctl plan``: the files taken over, every change (Slurm's with their diffs), the reload."""
+    out = []
+    if plan.taken_over:
+        out += [TAKEN_OVER_TITLE, *(f"  ! {path} ({verb})" for path, verb in taken_over(plan)), ""]
+    if _slurm(plan).resource_changes or _slurm(plan).file_changes or _slurm(plan).controller_changes:
+        out.append("Changes:")
+        for c in _slurm(plan).resource_changes + _slurm(plan).controller_changes:
+            out.append(_change_line(c))
+        for c in _slurm(plan).file_changes:
+            out.append(_change_line(c))
+            out += ["      " + line for line in _file_diff(c)]
+        out.append("")
+    if _slurm(plan).reload is not None:
+        out += [reload_line(plan), ""]
+    return out + _kube_text(plan)
 
 
 def _node_action(plan: Plan, action: str) -> str:
@@ -262,9 +349,14 @@ def _markdown(plan: Plan, command: str) -> str:
     command are in the head, which a cut keeps."""
     import html  # only this view needs it (1.5 ms of every start otherwise)
 
+    last = drift_line(plan) if command == "drift" else summary_line(plan)
     head = [f"### rackctl {command}: {code_span(plan.cluster)}", "", markdown(_targets(plan)), "",
-            f"**{markdown(summary_line(plan))}**", ""]
+            f"**{markdown(last)}**", ""]
     head += [f"> [!WARNING]\n> Inventory: {markdown(d.message)}\n" for d in plan.stale_inventory]
+    if plan.held:
+        head += ["> [!IMPORTANT]", f"> {markdown(HELD_TITLE)}"]
+        head += [f"> - {code_span(rack)}: {markdown(why)}" for rack, why in held_lines(plan)]
+        head.append("")
     if plan.taken_over:
         head += ["> [!CAUTION]", f"> {markdown(TAKEN_OVER_TITLE)}"]
         head += [f"> - {code_span(path)} ({verb})" for path, verb in taken_over(plan)]
@@ -272,18 +364,21 @@ def _markdown(plan: Plan, command: str) -> str:
     if _slurm(plan).reload is not None:
         head += [reload_line(plan, code_span), ""]
     out = list(head)
-    if plan.drift:
-        out += ["#### Drift", "", "| file | detail |", "|---|---|"]
-        out += [f"| {code_span(d['address'])} | {markdown(d['detail'])} |" for d in plan.drift]
-        out.append("")
-    if _slurm(plan).resource_changes or _slurm(plan).file_changes:
+    drift_text = _drift_text(plan, diffs=False)
+    if drift_text:
+        out += ["#### Drift", "", *fence(drift_text[:-1]), ""]
+    if command == "drift":
+        intent_text = _intent_text(plan)
+        if intent_text:
+            out += ["#### Changes the intent asks for (not drift)", "", *fence(intent_text[1:-1]), ""]
+    elif _slurm(plan).resource_changes or _slurm(plan).file_changes:
         out += ["#### Changes", "", _CHANGE_HEADER, _CHANGE_RULE]
         out += [_change_row(c) for c in _slurm(plan).resource_changes + _slurm(plan).file_changes]
         out.append("")
         for c in _slurm(plan).file_changes:
             out += [f"<details><summary>{html.escape(c.address)}</summary>", "", *fence(_file_diff(c), "diff"),
                     "", "</details>", ""]
-    if _kube_changes(plan):
+    if _kube_changes(plan) and command != "drift":
         out += ["#### Kubernetes", "", *fence(_kube_text(plan)[1:-1]), ""]
     if plan.node_states:
         out += ["#### Node states", "", "| node | action | reason | note |", "|---|---|---|---|"]

@@ -109,11 +109,12 @@ def test_a_comment_added_by_hand_is_drift(example, managed, capsys):
 
 # ---- --format json: exactly one document on stdout ------------------------------------------
 
-@pytest.mark.parametrize("command,rc", [("plan", 2), ("drift", 2)])
-def test_json_is_one_document(example, command, rc):
-    _, intent, cfg, state = example
+@pytest.mark.parametrize("command", ["plan", "drift"])
+def test_json_is_one_document(example, command):
+    name, intent, cfg, state = example
     res = rackctl(command, "-f", intent, *target_args(cfg, state), "--format", "json")
-    assert res.rc == rc, res
+    # a first plan: changes the intent asks for, which are not drift; rack-cliques' Unhealthy tray is
+    assert res.rc == (2 if command == "plan" or name == "rack-cliques" else 0), res
     doc = json.loads(res.out)  # the whole of stdout is one JSON document
     assert doc["format_version"] == "1"
     assert {c["cause"] for c in doc["changes"]} == {"intent"}
@@ -130,7 +131,7 @@ def test_validate_json_is_one_document(example):
     assert res.err == ""
 
 
-@pytest.mark.parametrize("command,rc", [("validate", 0), ("plan", 2), ("drift", 2)])
+@pytest.mark.parametrize("command,rc", [("validate", 0), ("plan", 2), ("drift", 0)])
 def test_yaml_is_the_same_document_as_json(tmp_path, command, rc):
     args = ["-f", intent_of("dc1-gb200")]
     if command != "validate":
@@ -353,8 +354,8 @@ def test_help_lists_the_exit_codes():
         assert res.rc == 0, res
         text = " ".join(res.out.split())
         assert "exit codes:" in text
-        for line in ("validate 0 valid, 1 errors", "plan 0 no changes, 2 changes, 1 error",
-                     "apply 0 success, 1 failure", "drift 0 none, 2 drift", "inventory 0 written, 1 error"):
+        for line in ("validate 0 valid, 1 errors", "plan 0 no changes, 2 changes or held racks, 1 error",
+                     "apply 0 success, 1 failure", "drift 0 in sync, 2 drift", "inventory 0 written, 1 error"):
             assert line in text, (args, line)
 
 

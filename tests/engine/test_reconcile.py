@@ -138,7 +138,7 @@ def stop(proc: subprocess.Popen) -> None:
 # ---- one pass ------------------------------------------------------------------------------------
 
 @pytest.mark.e2e
-def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
+def test_a_plan_only_pass_reports_pending_changes_exits_0_and_records_them(tmp_path):
     site = Site(tmp_path)
     expected = planned_kinds(site)
     assert expected["file"] == len(MANAGED)  # topology, include file, three IMEX scripts: all to create
@@ -150,19 +150,25 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
     assert "Plan:" in res.out  # the plan is shown on standard output
     assert snapshot(site.cfg) == before  # plan-only writes nothing into the config dir
     [entry] = site.passes()
-    assert entry["mode"] == "plan-only" and entry["result"] == "drift" and entry["error"] is None
-    assert entry["changes"] == expected and entry["drift"] == 0
+    # changes the intent asks for are pending, not drift
+    assert entry["mode"] == "plan-only" and entry["result"] == "pending" and entry["error"] is None
+    assert entry["changes"] == expected and entry["drift"] == {}
     assert entry["intent_digest"] == "sha256:" + hashlib.sha256(site.intent.read_bytes()).hexdigest()
     assert 0 < entry["duration_s"] <= finished - started  # the pass, timed inside the process that ran it
     start, result = events(res.err)
     assert (start["event"], start["cluster"], start["mode"]) == ("pass-start", CLUSTER, "plan-only")
     assert (result["event"], result["level"], result["result"], result["changes"]) == \
-        ("pass-result", "info", "drift", expected)
+        ("pass-result", "info", "pending", expected)
     m = site.metrics()
-    assert m[("rackctl_reconcile_drift", (("kind", "file"),))] == expected["file"]
-    assert m[("rackctl_reconcile_drift", (("kind", "block"),))] == expected["block"]
-    assert m[("rackctl_reconcile_drift", (("kind", "object"),))] == 0
-    assert m[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 1
+    assert m[("rackctl_reconcile_pending_changes", (("kind", "file"),))] == expected["file"]
+    assert m[("rackctl_reconcile_pending_changes", (("kind", "block"),))] == expected["block"]
+    assert m[("rackctl_reconcile_pending_changes", (("kind", "object"),))] == 0
+    assert {k[1][0][1]: v for k, v in m.items() if k[0] == "rackctl_reconcile_drift"} == {
+        "file": 0, "block": 0, "partition": 0, "setting": 0, "node": 0, "controller": 0, "object": 0, "hardware": 0,
+        "held": 0}
+    assert not [k for k in m if k[0] == "rackctl_racks_held"]
+    assert m[("rackctl_reconcile_passes_total", (("result", "pending"),))] == 1
+    assert m[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 0
     assert m[("rackctl_reconcile_passes_total", (("result", "failed"),))] == 0
     assert m[("rackctl_reconcile_changes_applied_total", (("kind", "file"),))] == 0
     assert m[("rackctl_trays_drained", (("target", "slurm"),))] == 0
@@ -172,15 +178,20 @@ def test_a_plan_only_pass_reports_drift_exits_0_and_records_it(tmp_path):
 
 
 @pytest.mark.e2e
-def test_fail_on_drift_exits_2_and_a_clean_pass_0(tmp_path):
+def test_fail_on_drift_exits_2_on_drift_only_and_a_clean_pass_0(tmp_path):
     site = Site(tmp_path)
     res = site.run("--fail-on-drift")
+    assert res.rc == 0, res  # only changes the intent asks for: pending, not drift
+    assert site.run("--mode", "apply", "--no-reload").rc == 0
+    with open(site.cfg / "topology.conf", "a", encoding="utf-8") as fh:
+        fh.write("# edited by hand\n")
+    res = site.run("--fail-on-drift")
     assert res.rc == 2, res
-    assert [p["result"] for p in site.passes()] == ["drift"]
     assert site.run("--mode", "apply", "--no-reload").rc == 0
     res = site.run("--fail-on-drift")
     assert res.rc == 0, res
-    assert [p["result"] for p in site.passes()] == ["drift", "changed", "ok"]
+    assert [(p["result"], p["drift"]) for p in site.passes()] == [
+        ("pending", {}), ("changed", {}), ("drift", {"file": 1}), ("changed", {"file": 1}), ("ok", {})]
 
 
 @pytest.mark.e2e
@@ -203,7 +214,7 @@ def test_apply_mode_applies_and_a_second_pass_is_ok_with_no_changes(tmp_path):
     assert snapshot(site.cfg) == before  # nothing rewritten
     first, second = site.passes()
     assert (first["mode"], first["result"], first["changes"]) == ("apply", "changed", expected)
-    assert (second["result"], second["changes"], second["drift"]) == ("ok", {}, 0)
+    assert (second["result"], second["changes"], second["drift"]) == ("ok", {}, {})
     m = site.metrics()
     assert m[("rackctl_reconcile_passes_total", (("result", "ok"),))] == 1
     assert m[("rackctl_reconcile_last_success_timestamp_seconds", ())] > first_success
@@ -351,7 +362,7 @@ def test_a_lease_renewal_that_fails_is_logged_and_noted_in_the_record(tmp_path, 
     failed = [e for e in events(res.err) if e["event"] == "lease-renew-failed"]
     assert failed and failed[0]["error"] == note and failed[0]["level"] == "error"
     [entry] = site.passes()
-    assert entry["result"] == "drift" and entry["error"].startswith(note)
+    assert entry["result"] == "pending" and entry["error"].startswith(note)
     assert lease_of(kube)["holder_identity"] == ""  # released all the same
 
 
@@ -408,7 +419,7 @@ def test_a_held_lease_fails_the_pass_at_once_and_a_lapsed_one_is_taken_over(tmp_
     finished = time.time()
     assert res.rc == 0, res
     [entry] = site.passes()
-    assert (entry["result"], entry["error"]) == ("drift", None)
+    assert (entry["result"], entry["error"]) == ("pending", None)
     spec = lease_of(kube)
     assert (spec["holder_identity"], spec["lease_transitions"]) == ("", 3)  # taken over, then released
     assert started <= spec["acquire_time"].timestamp() <= finished
@@ -427,7 +438,7 @@ def test_the_history_keeps_the_newest_200_passes(tmp_path):
     passes = site.passes()
     assert len(passes) == 200
     assert passes[0]["error"] == "old 1" and passes[-2]["error"] == "old 199"
-    assert passes[-1]["result"] == "drift"
+    assert passes[-1]["result"] == "pending"
     assert not [p for p in site.history.parent.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -476,10 +487,10 @@ def test_the_metrics_endpoint_serves_on_loopback_and_stops_with_the_process(tmp_
                 return parse_metrics(resp.read().decode())
 
         # the pass-result line is written just before the pass is counted: poll a moment
-        wait_until(lambda: scrape()[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 1)
+        wait_until(lambda: scrape()[("rackctl_reconcile_passes_total", (("result", "pending"),))] == 1)
         m = scrape()
-        assert m[("rackctl_reconcile_passes_total", (("result", "drift"),))] == 1
-        assert m[("rackctl_reconcile_drift", (("kind", "file"),))] == len(MANAGED)
+        assert m[("rackctl_reconcile_passes_total", (("result", "pending"),))] == 1
+        assert m[("rackctl_reconcile_pending_changes", (("kind", "file"),))] == len(MANAGED)
         assert not [k for k in m if k[0].startswith("python_") or k[0].startswith("process_")]  # own registry
         proc.send_signal(signal.SIGTERM)  # the loop waits for its next pass: ends at once
         assert proc.wait(timeout=15) == 0
@@ -502,7 +513,7 @@ def test_history_in_text_json_and_yaml(tmp_path, capsys):
     assert res.rc == 0, res
     header, *rows = res.out.splitlines()
     assert header.split() == ["START", "DURATION", "MODE", "RESULT", "CHANGES", "DRIFT", "INTENT", "ERROR"]
-    assert [r.split()[2:4] for r in rows] == [["plan-only", "drift"], ["apply", "changed"], ["apply", "ok"]]
+    assert [r.split()[2:4] for r in rows] == [["plan-only", "pending"], ["apply", "changed"], ["apply", "ok"]]
     digest = hashlib.sha256(site.intent.read_bytes()).hexdigest()[:12]
     assert f"file:{len(MANAGED)}" in rows[0] and digest in rows[0]
     doc = json.loads(run_main(capsys, *base, "--format", "json").out)

@@ -279,8 +279,11 @@ def test_json_plan_vocabulary(site: Site) -> None:
         for c in doc["changes"]:
             counted[f"{c['kind']}_{c['action']}"] = counted.get(f"{c['kind']}_{c['action']}", 0) + 1
         assert summary == counted
-        assert doc["summary"]["drift"] == len(doc["drift"])
+        # drift: the drift changes, the hardware findings (warning+, not node-state rows), held racks (none here)
+        hardware = [d for d in doc["diagnostics"]
+                    if d["hardware"] and d["severity"] != "info" and d["code"] != "node-drain"]
         assert doc["summary"]["held_racks"] == len(doc["held"]) == 0
+        assert doc["summary"]["drift"] == sum(c["cause"] == "drift" for c in doc["changes"]) + len(hardware)
         assert doc["summary"]["node_drains"] == sum(s["action"] == "drain" for s in doc["node_states"])
     assert kinds_seen == {"file", "block", "partition", "setting"}
     assert actions_seen == {"create", "update", "delete", "move"}

@@ -47,18 +47,25 @@ def test_status_json_counts_every_rack_of_the_examples(tmp_path, capsys):
     assert doc["format_version"] == "1" and doc["cluster"] == "dc1-gb200"
     assert doc["racks"] == [
         {"rack": "r01", "slices": ["r01/s0", "r01/s1"], "tiers": ["train"], "trays": 18, "healthy": 18,
-         "drained": 0, "pending": 0, "missing": 0, "drift": 0},
+         "drained": 0, "to_drain": 0, "pending": 0, "missing": 0, "drift": 0,
+         "held": False},
         {"rack": "r02", "slices": ["r02/c1", "r02/c2"], "tiers": ["dev"], "trays": 18, "healthy": 18,
-         "drained": 0, "pending": 0, "missing": 0, "drift": 0},
+         "drained": 0, "to_drain": 0, "pending": 0, "missing": 0, "drift": 0,
+         "held": False},
         {"rack": "r03", "slices": ["r03/s0", "r03/s1"], "tiers": ["train"], "trays": 18, "healthy": 18,
-         "drained": 0, "pending": 0, "missing": 0, "drift": 0}]
-    assert doc["totals"] == {"racks": 3, "trays": 54, "healthy": 54, "drained": 0, "pending": 0, "missing": 0,
-                             "drift": 0, "unplaced": 0}
+         "drained": 0, "to_drain": 0, "pending": 0, "missing": 0, "drift": 0,
+         "held": False}]
+    assert doc["totals"] == {"racks": 3, "trays": 54, "healthy": 54, "drained": 0, "to_drain": 0, "pending": 0,
+                             "missing": 0, "drift": 0, "held": 0, "unplaced": 0}
+    assert doc["held"] == [] and doc["drift"] == {"total": 0, "counts": {}, "changes": [], "hardware": [], "held": []}
     assert doc["summary"]["block_create"] == 6 and doc["errors"] == []
 
     doc = status_json(capsys, "-f", intent_of("rack-cliques"), "--state-dir", tmp_path)
     assert doc["racks"] == [{"rack": "r02", "slices": ["r02/c1", "r02/c2"], "tiers": ["train", "dev"], "trays": 18,
-                             "healthy": 17, "drained": 1, "pending": 0, "missing": 0, "drift": 0}]
+                             "healthy": 17, "drained": 0, "to_drain": 1, "pending": 0, "missing": 0, "drift": 0,
+                             "held": False}]
+    # the tray's drain is planned, not seen on a controller (none was read); its Unhealthy fabric is drift
+    assert doc["drift"]["counts"] == {"hardware": 1} and doc["totals"]["drift"] == 1
     doc = status_json(capsys, "-f", intent_of("two-racks-whole"), "--state-dir", tmp_path)
     assert [(r["rack"], r["slices"], r["tiers"], r["healthy"]) for r in doc["racks"]] == [
         ("a01", ["a01"], ["prod"], 18), ("a02", ["a02"], ["prod"], 18)]
@@ -77,19 +84,21 @@ def test_status_text_table_has_a_row_per_rack_and_the_totals(tmp_path):
     assert res.rc == 0 and res.err == "", res
     lines = [line.split() for line in res.out.splitlines()]
     header = next(i for i, words in enumerate(lines) if words[:1] == ["rack"])
-    assert lines[header] == ["rack", "slices", "tiers", "trays", "healthy", "drained", "pending", "missing", "drift"]
+    assert lines[header] == ["rack", "slices", "tiers", "trays", "healthy", "drained", "to-drain", "pending", "missing",
+                             "drift"]
     rows = {words[0]: words[1:] for words in lines[header + 1:] if words and words[0] in ("r01", "r02", "r03")}
-    assert rows == {"r01": ["r01/s0", "r01/s1", "train", "18", "18", "0", "0", "0", "0"],
-                    "r02": ["r02/c1", "r02/c2", "dev", "18", "18", "0", "0", "0", "0"],
-                    "r03": ["r03/s0", "r03/s1", "train", "18", "18", "0", "0", "0", "0"]}
-    assert ["total", "(3", "racks)", "54", "54", "0", "0", "0", "0"] in lines
+    assert rows == {"r01": ["r01/s0", "r01/s1", "train", "18", "18", "0", "0", "0", "0", "0"],
+                    "r02": ["r02/c1", "r02/c2", "dev", "18", "18", "0", "0", "0", "0", "0"],
+                    "r03": ["r03/s0", "r03/s1", "train", "18", "18", "0", "0", "0", "0", "0"]}
+    assert ["total", "(3", "racks)", "54", "54", "0", "0", "0", "0", "0"] in lines
     assert res.out.rstrip().splitlines()[-1].startswith("Plan: files: 5 to add")
 
 
 def test_status_of_a_degraded_rack(tmp_path, capsys):
     doc = status_json(capsys, "-f", evil_fleet(tmp_path), "--state-dir", tmp_path / "state")
     assert doc["racks"] == [{"rack": "r03", "slices": ["r03/s0", "r03/s1"], "tiers": ["train", "dev"], "trays": 18,
-                             "healthy": 16, "drained": 1, "pending": 0, "missing": 1, "drift": 0}]
+                             "healthy": 16, "drained": 0, "to_drain": 1, "pending": 0, "missing": 1, "drift": 0,
+                             "held": False}]
 
 
 def test_status_counts_drift_by_rack_and_cluster_wide(tmp_path, capsys):
@@ -144,9 +153,11 @@ def test_report_has_one_column_of_18_trays_per_rack_in_tray_order(tmp_path, caps
 def test_report_marks_the_drained_missing_and_degraded_trays(tmp_path, capsys):
     page = Page(run_main(capsys, "report", "-f", intent_of("rack-cliques"), "--state-dir", tmp_path).out)
     n05 = page.tray("gb-r02-n05")
-    assert n05["class"] == ["k0", "drained"] and n05["text"] == "gb-r02-n05trainfaultdrain"
+    # planned, not seen drained: no controller was read
+    assert n05["class"] == ["k0", "to_drain"] and n05["text"] == "gb-r02-n05trainfaultdrain"
     assert "rackctl: unhealthy" in n05["title"]
-    assert sum("drained" in t["class"] for t in page.racks["r02"]) == 1
+    assert sum("to_drain" in t["class"] for t in page.racks["r02"]) == 1
+    assert not any("drained" in t["class"] for t in page.racks["r02"])
 
     page = Page(run_main(capsys, "report", "-f", evil_fleet(tmp_path), "--state-dir", tmp_path / "s").out)
     assert len(page.racks["r03"]) == 18
@@ -209,7 +220,7 @@ def test_a_fleet_page_is_compact_and_linear_in_trays(tmp_path):
         assert '<body class="fleet">' in html
         page = Page(html)
         assert len(page.racks) == racks and all(len(t) == 18 for t in page.racks.values())
-        assert sum("drained" in t["class"] for trays in page.racks.values() for t in trays) == 2
+        assert sum("to_drain" in t["class"] for trays in page.racks.values() for t in trays) == 2
         sizes[racks] = len(html)
     small, big = sizes.values()
     per_tray = (big - small) / ((COMPACT_RACKS + 1) * 18)

@@ -89,8 +89,9 @@ class NodePatch:
 class KubeComparison:
     """The local comparison. ``candidates``: objects that differ (or are missing) and go to a
     dry-run; ``deletes``: owned objects that left the intent; ``label_patches``: Node label
-    fixes; ``causes``: address -> intent | drift; ``drift``: plan drift entries; ``nodes``: the
-    taint/cordon plan (None when ``unhealthyNodes: none``); ``health_patches``."""
+    fixes; ``causes``: address -> intent | drift | orphan (a delete the apply record does not
+    list); ``drift``: plan drift entries; ``nodes``: the taint/cordon plan (None when
+    ``unhealthyNodes: none``); ``health_patches``."""
 
     candidates: list[KubeObject]
     deletes: list[KubeObject]
@@ -198,7 +199,8 @@ def compare(intent: Intent, desired: DesiredKubernetes, layout: Layout, live: Li
                                       have))
     for obj in sorted(leaving, key=lambda o: (renderers.apply_rank(o.type), o.address)):  # pruned in reverse
         deletes.append(obj)
-        causes[obj.address] = "intent"
+        # One rackctl applied and the intent dropped, or one carrying our labels it never applied.
+        causes[obj.address] = "intent" if obj.address in record.objects else "orphan"
     if not desired.objects and not desired.node_labels and (deletes or patches) and not allow_empty:
         diags.append(Diagnostic(ERROR, "kubernetes-empty-prune", f"the desired Kubernetes state is empty and "
                                 f"would remove {len(deletes)} object(s) and rackctl's labels from {len(patches)} "

@@ -41,6 +41,9 @@ from reconciler.text import hostlist
 
 #: metadata fields the server sets; left out of the diffs people read.
 _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
+#: Why an orphan (``Cause.ORPHAN``) is deleted.
+_ORPHAN = ("carries rackctl's owner labels, not in the intent and not in rackctl's apply record (left by an apply "
+           "that crashed, or made by hand with rackctl's labels)")
 
 
 @dataclass
@@ -175,8 +178,10 @@ def plan(intent: Intent, layout: Layout, domain_of: dict[Hostname, ClusterUUID],
         for obj in cmp.candidates:
             _dry_run(kpass, obj, options.force_conflicts, local=replay is not None)
     for obj in reversed(cmp.deletes):
-        kpass.changes.append(Change("object", obj.address, Action.DELETE, Cause.INTENT, "owned by rackctl, no longer in "
-                                    "the intent", _diff(obj.address, obj.body, None)))
+        cause = Cause(cmp.causes[obj.address])
+        why = _ORPHAN if cause is Cause.ORPHAN else "owned by rackctl, no longer in the intent"
+        kpass.changes.append(Change("object", obj.address, Action.DELETE, cause, why,
+                                    _diff(obj.address, obj.body, None)))
     for action, p, reason in cmp.health_patches:
         kpass.changes.append(Change("node", f"kubernetes/Node/{p.node}", Action(action), Cause.INTENT, reason))
     if kpass.live.compute_domains is not None:

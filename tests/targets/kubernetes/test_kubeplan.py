@@ -93,6 +93,23 @@ def test_an_empty_desired_state_never_prunes_without_the_flag():
     assert [o.name for o in cmp.deletes] == ["f"] and [p.node for p in cmp.label_patches] == ["n1"]
 
 
+def test_a_delete_the_apply_record_does_not_list_is_an_orphan():
+    """An owned object the intent no longer renders: ``intent`` when rackctl's record lists it (the
+    intent dropped it), ``orphan`` when it does not (a crashed apply left it, or someone made it
+    with rackctl's labels)."""
+    intent = load_intent(EXAMPLE)
+    want = {f"{P}rack": "r01"}
+    gone, stray = flavor({}), flavor({})
+    stray["metadata"]["name"] = "stray"
+    live = LiveKubernetes({}, {"n1": _node("n1", want)},
+                          objects={"kubernetes/ResourceFlavor/f": gone, "kubernetes/ResourceFlavor/stray": stray})
+    record = KubeRecord({"n1": digest(want)}, {"kubernetes/ResourceFlavor/f": digest(gone)})
+    cmp = compare(intent, _desired({"n1": want}), _layout(("n1",)), live, record, HealthHistory(), NOW)
+    assert [o.address for o in cmp.deletes] == ["kubernetes/ResourceFlavor/f", "kubernetes/ResourceFlavor/stray"]
+    assert cmp.causes == {"kubernetes/ResourceFlavor/f": "intent", "kubernetes/ResourceFlavor/stray": "orphan"}
+    assert cmp.drift == []  # an orphan is a change (a delete), not a drift entry of an edited object
+
+
 def test_taint_waits_for_damping_then_keeps_other_taints():
     intent = load_intent(EXAMPLE)
     other = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
