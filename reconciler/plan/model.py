@@ -208,8 +208,10 @@ class Plan:
 
     @property
     def listed_diagnostics(self) -> list[Diagnostic]:
-        """The diagnostics a view lists: not those shown as node-state rows (a desired drain)."""
-        return [d for d in self.diagnostics if d.code not in _NODE_STATE]
+        """The diagnostics a view lists: not those shown as node-state rows (a desired drain), nor
+        the causes of the held racks (shown with each rack, first)."""
+        holding = {d for r in self.held for d in r.causes}
+        return [d for d in self.diagnostics if d.code not in _NODE_STATE and d not in holding]
 
     @property
     def errors(self) -> list[Diagnostic]:

@@ -415,7 +415,7 @@ def _markdown_cut(plan: Plan, head: list[str], full: int) -> str:
     shows its first changes. At most ``MAX_MARKDOWN_BYTES`` bytes (UTF-8; GitHub counts
     characters, never more than bytes)."""
     groups = [("Errors", "| severity | code | message |", "|---|---|---|",
-               [_diagnostic_row(d) for d in plan.diagnostics if d.severity == ERROR]),
+               [_diagnostic_row(d) for d in plan.errors]),
               ("Slurm changes", _CHANGE_HEADER, _CHANGE_RULE,
                [_change_row(c) for c in _slurm(plan).file_changes + _slurm(plan).resource_changes + _slurm(plan).controller_changes
                 + _slurm(plan).node_changes]),
