@@ -38,11 +38,13 @@ class GpuPlatform(TypedDict, total=False):
 
 
 class Gpu(TypedDict, total=False):
-    """``gpus[]``: one GPU, ``index`` from 0."""
+    """``gpus[]``: one GPU, ``index`` from 0; ``error`` the words it answered with instead of its
+    data (``GPU is lost``...): listed, but missing."""
 
     index: Required[int]
     uuid: str | None
     pciBusId: str | None
+    error: str | None
     fabric: GpuFabric
     platform: GpuPlatform
 
@@ -59,15 +61,29 @@ class ImexState(TypedDict, total=False):
     scripts: dict[str, str]
 
 
+class Interface(TypedDict):
+    """``interfaces[]``: one network interface, its ``kind`` (``physical`` | ``bridge`` | ``veth`` |
+    ``loopback`` | ``container``), the kernel's ``linkKind`` (None for a device) and its
+    ``addresses`` as text."""
+
+    name: str
+    kind: str
+    linkKind: str | None
+    addresses: list[str]
+
+
 class NodeReport(TypedDict, total=False):
     """One tray's report: ``hostname`` (``ids.Hostname`` once the fabric reads it), the
-    ``addresses`` it has, ``collectedAt`` (RFC 3339), ``source`` (``nvml`` | ``nvidia-smi`` |
-    ``kubernetes-labels`` | ``slurm`` | ``simulated``...), its ``gpus`` and ``imex`` state."""
+    ``interfaces`` with their addresses (or bare ``addresses``), ``collectedAt`` (RFC 3339),
+    ``source`` (``nvml`` | ``nvidia-smi`` | ``kubernetes-labels`` | ``slurm`` | ``simulated``...),
+    its ``gpus`` (``gpusCounted`` False: one entry stands for the host) and ``imex`` state."""
 
     hostname: Required[str]
     schemaVersion: int
     addresses: list[str]
+    interfaces: list[Interface]
     collectedAt: str | None
     source: str
     gpus: list[Gpu]
+    gpusCounted: bool
     imex: ImexState
