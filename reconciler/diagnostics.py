@@ -93,6 +93,7 @@ TRAY_CAUSES = {
     "insufficient-resources": "the fabric status is Insufficient Resources",
     "not-attached": "no NVLink fabric, or Completed without a usable cluster UUID",
     "gpu-disagreement": "the tray's GPUs report different NVLink domains or cliques",
+    "gpu-missing": "fewer GPUs answer than the tray has (gpusPerTray): one is gone or lost (GPU is lost, Unknown Error)",
     "limited-capacity": "the fabric health summary is Limited Capacity (a warning; never drains)",
     "degraded-bandwidth": "NVLink bandwidth is degraded (a warning; never drains)",
     "route-recovery": "a fabric route recovery is in progress (a warning; never drains)",

@@ -34,7 +34,9 @@ _HANDLE_BASE = 0x1000
 class FakeGpu:
     """One GPU as the fake driver sees it. ``fabric_versions``: the V-struct versions the driver
     accepts (empty: V returns ARGUMENT_VERSION_MISMATCH); ``has_v``/``has_legacy``: whether those
-    symbols exist; ``platform``: None -> NOT_SUPPORTED."""
+    symbols exist; ``platform``: None -> NOT_SUPPORTED. ``lost``: an nvmlReturn_t (15 GPU_IS_LOST,
+    999 UNKNOWN) the GPU answers with from ``lost_from`` on: ``handle`` (nvmlDeviceGetHandleByIndex
+    fails, as nvidia-smi's "Unable to determine the device handle"), ``uuid`` or ``fabric``."""
 
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     pci: str = "00000008:01:00.0"
@@ -46,6 +48,8 @@ class FakeGpu:
     summary: int = 0
     fabric_versions: tuple[int, ...] = (V3, V2)
     platform: dict | None = None
+    lost: int = 0
+    lost_from: str = "handle"
     calls: list = field(default_factory=list)
 
 
@@ -74,13 +78,21 @@ def install(monkeypatch, gpus: list[FakeGpu], *, has_v: bool = True, has_legacy:
         ctypes.c_uint.from_address(p).value = len(gpus)
         return SUCCESS
 
+    def lost(gpu: FakeGpu, at: str) -> int:
+        order = ("handle", "uuid", "fabric")
+        return gpu.lost if gpu.lost and order.index(gpu.lost_from) <= order.index(at) else SUCCESS
+
     def get_handle(index, p):
         if index >= len(gpus):
             return 2  # INVALID_ARGUMENT
+        if lost(gpus[index], "handle"):
+            return gpus[index].lost
         ctypes.c_void_p.from_address(p).value = _HANDLE_BASE + index
         return SUCCESS
 
     def get_uuid(handle, buf, size):
+        if lost(gpu_of(handle), "uuid"):
+            return gpu_of(handle).lost
         data = gpu_of(handle).uuid.encode() + b"\0"
         ctypes.memmove(buf, data, min(len(data), size))
         return SUCCESS
@@ -94,6 +106,8 @@ def install(monkeypatch, gpus: list[FakeGpu], *, has_v: bool = True, has_legacy:
         gpu = gpu_of(handle)
         version = ctypes.c_uint.from_address(p).value
         gpu.calls.append(("V", version))
+        if lost(gpu, "fabric"):
+            return gpu.lost
         if version not in gpu.fabric_versions:
             return ARGUMENT_VERSION_MISMATCH
         buf = _at(p, 40 if version == V3 else 36)

@@ -32,11 +32,13 @@ _PRESENT = 1
 class Finding:
     """Something a tray reported. ``cause`` is a drain cause (see ``intent.DRAIN_CAUSES``) or,
     for warning-only conditions, ``degraded-bandwidth`` | ``limited-capacity`` |
-    ``route-recovery`` | ``access-timeout-recovery``. ``drainable`` tells which of the two."""
+    ``route-recovery`` | ``access-timeout-recovery``. ``drainable`` tells which of the two;
+    ``reason``, where set, is what a drain shows instead of the bare cause."""
 
     cause: str
     detail: str
     drainable: bool = True
+    reason: str | None = None
 
 
 @dataclass
@@ -44,11 +46,14 @@ class Tray:
     """One compute tray (host) as discovered.
 
     ``cluster_uuid``/``clique_id`` are the majority values of its attached GPUs (None when no GPU
-    is attached); ``findings`` lists what is wrong with it, empty when healthy.
+    is attached); ``findings`` lists what is wrong with it, empty when healthy. ``answering``: how
+    many of its GPUs answered (None when the source cannot count them: ``gpusCounted`` false);
+    ``lost``: ``"GPU <PCI bus id or index>: <error>"`` for each GPU listed that did not.
     """
 
     hostname: Hostname
-    gpu_count: int
+    answering: int | None
+    lost: tuple[str, ...]
     cluster_uuid: ClusterUUID | None
     clique_id: int | None
     chassis_serial: str | None
@@ -64,6 +69,14 @@ class Tray:
 
     def drain_causes(self) -> list[Finding]:
         return [f for f in self.findings if f.drainable]
+
+    def gpus_missing(self, expected: int) -> Finding | None:
+        """The ``gpu-missing`` finding when fewer than ``expected`` GPUs answered, with the count."""
+        if self.answering is None or self.answering >= expected:
+            return None
+        count = f"{self.answering} of {expected} GPUs answer"
+        lost = f"; {', '.join(self.lost)}" if self.lost else ""
+        return Finding("gpu-missing", count + lost, reason=f"gpu-missing ({count})")
 
 
 @dataclass(frozen=True)
@@ -105,7 +118,9 @@ def build_fabric(nodes: list[NodeReport]) -> Fabric:
 
 
 def _tray(node: NodeReport) -> Tray:
-    gpus = node.get("gpus", [])
+    listed = node.get("gpus", [])
+    # A GPU listed with an error (GPU is lost) has no data to read: it counts only as missing.
+    gpus = [g for g in listed if not g.get("error")]
     findings: list[Finding] = []
     attached = [g["fabric"] for g in gpus if is_attached(g.get("fabric"))]
     uuid_list = [u.lower() for f in attached if (u := f.get("clusterUuid"))]  # every attached GPU has one
@@ -115,7 +130,7 @@ def _tray(node: NodeReport) -> Tray:
     chassis = _majority(p.get("chassisSerial") for p in platforms)
     tray_index = _majority(p.get("trayIndex") for p in platforms)
 
-    if not gpus:
+    if not listed:
         findings.append(Finding("fabric-incomplete", "no GPU reported"))
     for g in gpus:
         findings.extend(_gpu_findings(g))
@@ -126,7 +141,8 @@ def _tray(node: NodeReport) -> Tray:
     unique = list(dict.fromkeys(findings))
     return Tray(
         hostname=Hostname(node["hostname"]),
-        gpu_count=len(gpus),
+        answering=len(gpus) if node.get("gpusCounted", True) else None,
+        lost=tuple(f"GPU {g.get('pciBusId') or g['index']}: {g.get('error')}" for g in listed if g.get("error")),
         cluster_uuid=ClusterUUID(_majority(uuid_list)) if uuid_list else None,
         clique_id=_majority(clique_list),
         chassis_serial=chassis,

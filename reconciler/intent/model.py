@@ -24,11 +24,12 @@ from reconciler.text.duration import duration_s
 from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
 
 DRAIN_CAUSES = ("unhealthy", "fabric-incomplete", "insufficient-resources", "not-attached",
-                "gpu-disagreement", "miscabled", "not-reporting")
+                "gpu-disagreement", "gpu-missing", "miscabled", "not-reporting")
 #: ``policy.rackErrors``: ``hold`` (a rack or tray error holds that rack as it is live, the rest of
 #: the plan goes ahead) or ``refuse`` (any error refuses the whole plan, as ``--strict``).
 RACK_ERRORS = ("hold", "refuse")
 DEFAULT_TRAYS = 18  # compute trays of one GB200/GB300 NVL72 rack
+DEFAULT_GPUS_PER_TRAY = 4  # 72 GPUs in 18 trays: a GB200 or GB300 compute tray carries 4
 DEFAULT_MIN_HEALTHY_SHARE = 0.75
 DEFAULT_MAX_MISSING_SHARE = 0.1  # of the declared trays; more missing and the inventory is incomplete
 DEFAULT_IMEX_CHANNELS = 2048
@@ -64,7 +65,7 @@ class Slicing:
 
 @dataclass(frozen=True)
 class Rack:
-    """One NVL72 rack: a name, exactly one selector, its tray count and slicing.
+    """One NVL72 rack: a name, exactly one selector, its tray count, slicing and GPUs per tray.
 
     ``select_kind`` is ``hosts`` | ``chassisSerial`` | ``clusterUUID``; ``select_value`` its value
     (a cluster UUID is kept lowercase).
@@ -76,6 +77,7 @@ class Rack:
     trays: int
     slicing: Slicing
     index: int  # position in the intent's racks list
+    gpus_per_tray: int = DEFAULT_GPUS_PER_TRAY  # fewer answering on a tray: gpu-missing
 
     @functools.cached_property
     def slice_size(self) -> int:
@@ -279,6 +281,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
     base = path.parent
     defaults = data.get("defaults", {})
     default_trays = defaults.get("trays", DEFAULT_TRAYS)
+    default_gpus = defaults.get("gpusPerTray", DEFAULT_GPUS_PER_TRAY)
     default_slicing = defaults.get("slicing", {"mode": "whole"})
     health = defaults.get("health", {})
     if not math.isfinite((data.get("inventory") or {}).get("maxMissingShare", 0)):
@@ -315,7 +318,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         slicing_data = r.get("slicing", default_slicing)
         slicing_path = where + ("slicing",) if "slicing" in r else ("defaults", "slicing")
         slicing = _slicing(r["name"], slicing_data, trays, tiers_data, smap, slicing_path, slurm_enabled)
-        racks.append(Rack(r["name"], kind, value, trays, slicing, i))
+        racks.append(Rack(r["name"], kind, value, trays, slicing, i, r.get("gpusPerTray", default_gpus)))
 
     slurm_data = data.get("targets", {}).get("slurm", {})
     version = tuple(int(x) for x in slurm_data.get("version", "24.11").split("."))

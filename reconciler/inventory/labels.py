@@ -18,7 +18,12 @@ Labels read, and what they really guarantee:
   GPU UUIDs, nor whether a GPU that had not finished registering was skipped by the labeler.
 - ``nvidia.com/gpu.count`` (GFD): the number of GPUs; GPUs get ``index`` 0..n-1 only. Without it
   the node's ``status.capacity["nvidia.com/gpu"]`` (device plugin) is used; with neither, one GPU
-  entry stands for the node (a note says so).
+  entry stands for the node (a note says so) and the report says ``gpusCounted: false``.
+- ``status.allocatable["nvidia.com/gpu"]`` below ``status.capacity["nvidia.com/gpu"]``: the kubelet
+  counts every device the plugin lists in capacity and only the healthy ones in allocatable (the
+  NVIDIA device plugin marks a GPU unhealthy on an XID such as 79, fallen off the bus). The
+  unhealthy share of the count (capacity is GPUs times sharing replicas) becomes GPU entries with
+  ``error`` "not allocatable (unhealthy)", the last indexes: the API does not say which GPU it is.
 - ``accelerator.topograph.run/domain`` (NVIDIA Topograph's k8s engine, ``docs/engines/k8s.md``,
   node-labels reference): nodes with the same value share one accelerator (NVLink) domain.
   The value is provider-dependent: for MNNVL-aware providers it is the same
@@ -61,6 +66,8 @@ TIMESTAMP_LABEL = "nvidia.com/gfd.timestamp"
 DOMAIN_LABEL = "accelerator.topograph.run/domain"
 SUBDOMAIN_LABEL = "accelerator.topograph.run/sub-domain"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: ``gpus[].error`` of a GPU the device plugin counts in capacity but not in allocatable.
+UNHEALTHY = "not allocatable (unhealthy)"
 #: Namespace of the UUIDs derived from opaque Topograph domain names.
 DOMAIN_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://rackctl.dev/topograph-domain")
 MAX_NODES_BYTES = 256 * 1024 * 1024
@@ -155,20 +162,26 @@ def node_report(obj: KubeNode, *, file: str | None = None,
 
     fabric = _fabric(name, labels, file, notes)
     count = _gpu_count(name, labels, obj, file)
+    counted = count is not None
     if count is None:
         if fabric is None:
             return None
         count = 1
         notes.append(f"node {name}: no {COUNT_LABEL} label or {GPU_RESOURCE} capacity; one GPU entry stands "
                      "for the node")
+    healthy = _healthy_gpus(name, obj, count, file) if counted else count
     gpus: list[Gpu] = []
     for i in range(count):
         gpu: Gpu = {"index": i}
-        if fabric is not None:
+        if i >= healthy:
+            gpu["error"] = UNHEALTHY
+        elif fabric is not None:
             gpu["fabric"] = fabric.copy()
         gpus.append(gpu)
     report: NodeReport = {"schemaVersion": 1, "hostname": name, "source": SOURCE,
-                              "collectedAt": _timestamp(name, labels, file), "gpus": gpus}
+                          "collectedAt": _timestamp(name, labels, file), "gpus": gpus}
+    if not counted:
+        report["gpusCounted"] = False
     addresses = _addresses(obj)
     if addresses:
         report["addresses"] = addresses
@@ -230,14 +243,29 @@ def _fabric(name: str, labels: dict[str, Any], file: str | None, notes: list[str
 
 def _gpu_count(name: str, labels: dict[str, Any], obj: KubeNode, file: str | None) -> int | None:
     if COUNT_LABEL in labels:
-        where, value = f"metadata.labels[{COUNT_LABEL}]", labels[COUNT_LABEL]
-        what = f"label {COUNT_LABEL}"
-    else:
-        capacity = (obj.get("status") or {}).get("capacity") or {}
-        if not isinstance(capacity, dict) or GPU_RESOURCE not in capacity:
-            return None
-        where, value = f"status.capacity[{GPU_RESOURCE}]", capacity[GPU_RESOURCE]
-        what = f"capacity {GPU_RESOURCE}"
+        return _whole(name, labels[COUNT_LABEL], f"label {COUNT_LABEL}", f"metadata.labels[{COUNT_LABEL}]", file)
+    return _resource(name, obj, "capacity", file)
+
+
+def _healthy_gpus(name: str, obj: KubeNode, count: int, file: str | None) -> int:
+    """How many of ``count`` GPUs the device plugin has healthy: ``count`` scaled by allocatable
+    over capacity (each GPU is ``capacity / count`` units under time-slicing); ``count`` when
+    either is missing or capacity is 0 (MIG's mixed strategy lists other resources)."""
+    capacity, allocatable = _resource(name, obj, "capacity", file), _resource(name, obj, "allocatable", file)
+    if not capacity or allocatable is None or allocatable >= capacity:
+        return count
+    return allocatable * count // capacity
+
+
+def _resource(name: str, obj: KubeNode, kind: str, file: str | None) -> int | None:
+    """``status.<kind>["nvidia.com/gpu"]`` as a whole number, None when absent."""
+    values = (obj.get("status") or {}).get(kind) or {}
+    if not isinstance(values, dict) or GPU_RESOURCE not in values:
+        return None
+    return _whole(name, values[GPU_RESOURCE], f"{kind} {GPU_RESOURCE}", f"status.{kind}[{GPU_RESOURCE}]", file)
+
+
+def _whole(name: str, value: object, what: str, where: str, file: str | None) -> int:
     text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
     if not (text.isascii() and text.isdecimal()) or int(text) > MAX_GPUS:
         raise InputError(f"node {name}: {what}={value!r}; expected a whole number of GPUs (0..{MAX_GPUS})",

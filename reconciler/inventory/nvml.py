@@ -3,9 +3,16 @@
 Source of truth for layouts and values: the NVML header ``nvml.h`` (nvmlGpuFabricInfo_t,
 nvmlGpuFabricInfo_v2_t / _v3_t, nvmlPlatformInfo_v1_t / _v2_t, NVML_GPU_FABRIC_STATE_*,
 NVML_GPU_FABRIC_HEALTH_SUMMARY_*, nvmlReturn_t). The fabric and platform structs are defined
-here with ctypes, not taken from pynvml: several nvidia-ml-py releases ship them with wrong
-sizes, and pynvml's wrappers pass them by value. We look the C functions up with
-``pynvml._nvmlGetFunctionPointer`` and pass our structs by reference.
+here with ctypes, not taken from pynvml, and pynvml's wrappers are not used for them. Measured
+on every nvidia-ml-py release from 12.535.77 to 13.615.71 (struct sizes against nvml.h):
+the legacy nvmlGpuFabricInfo_t is 92 bytes, not 28 (an 80-byte clusterUuid), in every release
+before 13.615.71; the V struct is 100 bytes, not 36, in 12.550.52-12.560.30; v3 (healthSummary)
+first appears in 13.580.65 and nvmlPlatformInfo_v2_t in 12.570.172. Only 13.615.71 matches the
+header throughout, so relying on pynvml's structs would set the floor at the newest release;
+with our own layouts the declared floor (12.550, the first with nvmlDeviceGetGpuFabricInfoV)
+works, which this module's tests show on it. The C functions are looked up with
+``pynvml._nvmlGetFunctionPointer`` (private, present in every release measured; a test pins it)
+and our structs are passed by reference.
 
 Fabric info is read at the highest level the driver answers:
 ``nvmlDeviceGetGpuFabricInfoV`` v3 (40 bytes, adds healthSummary) -> v2 (36 bytes,
@@ -15,7 +22,12 @@ if no level answers, the GPU's ``fabric`` is left out. As nvidia-smi does, statu
 clusterUuid, healthMask and healthSummary are null (N/A) unless the state is Completed
 (NVML fills them only once the GPU's fabric registration has completed).
 
-Errors: no NVML library, a failing nvmlInit, zero GPUs, or an unexpected NVML error on a GPU
+A GPU that answers a query with GPU_IS_LOST, GPU_REQUIRES_RESET or UNKNOWN (the "Unable to
+determine the device handle for GPU ...: GPU is lost" of nvidia-smi) is listed by its index with
+``error`` in nvmlErrorString's words and nothing else: it is missing, and the planner counts it
+so (``gpu-missing``); the other GPUs are still read.
+
+Errors: no NVML library, a failing nvmlInit, zero GPUs, or another unexpected NVML error on a GPU
 raise ``RackctlError`` (the CLI prints it and exits 1).
 """
 
@@ -27,7 +39,6 @@ import uuid as uuidlib
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
 
 from reconciler.errors import RackctlError
 from reconciler.inventory.imex import read_imex_state
@@ -39,6 +50,9 @@ __all__ = ["collect_node_report", "FabricInfoV1", "FabricInfoV2", "FabricInfoV3"
 # nvmlReturn_t values used here (nvml.h)
 SUCCESS, NOT_SUPPORTED, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH = 0, 3, 13, 25
 _NOT_AT_THIS_LEVEL = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH})
+GPU_IS_LOST, GPU_REQUIRES_RESET, UNKNOWN = 15, 16, 999
+#: What a GPU that no longer answers returns, to any query: it is missing, not an agent failure.
+_NOT_ANSWERING = frozenset({GPU_IS_LOST, GPU_REQUIRES_RESET, UNKNOWN})
 
 # NVML_STRUCT_VERSION(name, ver) = sizeof(struct) | ver << 24
 FABRIC_V2, FABRIC_V3 = 0x02000024, 0x03000028
@@ -122,7 +136,11 @@ def collect_node_report(*, hostname: str | None = None, addresses: list[str] | N
     """
     pynvml = _init()
     try:
-        count = _check(pynvml, pynvml.nvmlDeviceGetCount, "nvmlDeviceGetCount")
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            raise RackctlError(f"nvmlDeviceGetCount failed: {status_words(exc.value)} (nvmlReturn_t {exc.value})",
+                               hint="is the NVIDIA driver loaded? check `nvidia-smi`") from None
         if count == 0:
             raise RackctlError("NVML reports no GPU on this host; nothing to discover",
                                hint="check `nvidia-smi -L`; run discover on GPU nodes only")
@@ -159,25 +177,35 @@ def _init() -> ModuleType:
     return module
 
 
-def _check(pynvml: ModuleType, fn: Callable[..., Any], name: str, *args: object) -> Any:
-    try:
-        return fn(*args)
-    except pynvml.NVMLError as exc:
-        where = f"GPU {args[0]}: " if args and isinstance(args[0], int) else ""
-        raise RackctlError(f"{where}{name} failed: {status_words(exc.value)} (nvmlReturn_t {exc.value})") from None
-
-
 def _text(value: bytes | str) -> str:
     return value.decode("ascii", "replace") if isinstance(value, bytes) else value
 
 
+class _Lost(Exception):
+    """A GPU answered with one of ``_NOT_ANSWERING`` (``code``)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def _gpu(pynvml: ModuleType, index: int) -> Gpu:
-    handle = _check(pynvml, pynvml.nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex", index)
     try:
+        return _read_gpu(pynvml, index)
+    except _Lost as lost:
+        return {"index": index, "error": status_words(lost.code)}
+
+
+def _read_gpu(pynvml: ModuleType, index: int) -> Gpu:
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
         pci = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
     except pynvml.NVMLError as exc:
-        raise RackctlError(f"GPU {index}: reading its UUID/PCI bus id failed: {status_words(exc.value)}") from None
+        if exc.value in _NOT_ANSWERING:
+            raise _Lost(exc.value) from None
+        raise RackctlError(f"GPU {index}: reading its handle, UUID or PCI bus id failed: "
+                           f"{status_words(exc.value)} (nvmlReturn_t {exc.value})") from None
     gpu: Gpu = {"index": index, "uuid": uuid or None, "pciBusId": pci or None}
     fabric = read_fabric(pynvml, handle, index)
     if fabric is not None:
@@ -210,9 +238,17 @@ def read_fabric(pynvml: ModuleType, handle: object, index: int) -> GpuFabric | N
         rc = _call(pynvml, name, handle, info)
         if rc == SUCCESS:
             return decode_fabric(info, level)
-        if rc not in _NOT_AT_THIS_LEVEL:
-            raise RackctlError(f"GPU {index}: {name} failed: {status_words(rc)} (nvmlReturn_t {rc})")
+        _fail_unless(rc, _NOT_AT_THIS_LEVEL, index, name)
     return None
+
+
+def _fail_unless(rc: int, expected: frozenset[int], index: int, name: str) -> None:
+    """Raise ``_Lost`` for a GPU that stopped answering, ``RackctlError`` for any other ``rc``
+    outside ``expected``."""
+    if rc in _NOT_ANSWERING:
+        raise _Lost(rc)
+    if rc not in expected:
+        raise RackctlError(f"GPU {index}: {name} failed: {status_words(rc)} (nvmlReturn_t {rc})")
 
 
 def decode_fabric(info: ctypes.Structure, level: int) -> GpuFabric:
@@ -243,7 +279,5 @@ def read_platform(pynvml: ModuleType, handle: object, index: int) -> GpuPlatform
                         "trayIndex": info.trayIndex, "hostId": info.hostId, "moduleId": info.moduleId}
             return {"slotNumber": info.chassisPhysicalSlotNumber, "trayIndex": info.computeSlotIndex,
                     "hostId": info.nodeIndex, "moduleId": info.moduleId}
-        if rc not in _NOT_AT_THIS_LEVEL:
-            raise RackctlError(f"GPU {index}: nvmlDeviceGetPlatformInfo failed: {status_words(rc)} "
-                               f"(nvmlReturn_t {rc})")
+        _fail_unless(rc, _NOT_AT_THIS_LEVEL, index, "nvmlDeviceGetPlatformInfo")
     return None

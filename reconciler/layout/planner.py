@@ -60,7 +60,7 @@ def plan_layout(intent: Intent, fabric: Fabric, history: History, *,
         for slice_name, members in slices[rack.name]:
             found: list[Diagnostic] = []
             _check_slice(rack, slice_name, [h for h in members if h not in miscabled], fabric, found)
-            tray_states.extend(_health(intent, slice_name, members, fabric, miscabled, found))
+            tray_states.extend(_health(intent, rack, slice_name, members, fabric, miscabled, found))
             stages.append((f"slice {slice_name}", tuple(found)))
 
     held: dict[str, list[Diagnostic]] = {r: list(ds) for r, ds in (hold or {}).items()}
@@ -320,7 +320,7 @@ def _check_slice(rack: Rack, slice_name: SliceName, members: list[Hostname], fab
                                 "contradicts the fabric", slice_name, hardware=True, racks=(rack.name,)))
 
 
-def _health(intent: Intent, slice_name: SliceName, members: list[Hostname], fabric: Fabric,
+def _health(intent: Intent, rack: Rack, slice_name: SliceName, members: list[Hostname], fabric: Fabric,
             miscabled: dict[Hostname, ClusterUUID], diags: list[Diagnostic]) -> list[TrayState]:
     causes: dict[Hostname, str] = {}
     for h in members:
@@ -339,10 +339,11 @@ def _health(intent: Intent, slice_name: SliceName, members: list[Hostname], fabr
                                     f"domain {tray.cluster_uuid}; the rest of its rack reports {miscabled[h]}: "
                                     f"miscabled{'' if drain else ' (not drained: cause not in drainOn)'}", h,
                                     hardware=True))
-        for f in tray.findings:
+        missing = tray.gpus_missing(rack.gpus_per_tray)
+        for f in (*tray.findings, *((missing,) if missing else ())):
             drain = f.drainable and f.cause in intent.drain_on
             if drain and h not in causes:
-                causes[h] = f.cause
+                causes[h] = f.reason or f.cause
             note = "" if drain or not f.drainable else " (not drained: cause not in drainOn)"
             diags.append(Diagnostic(WARNING, f"tray-{f.cause}", f"tray {h} of slice {slice_name}: "
                                     f"{f.detail}{note}", h, hardware=True))

@@ -46,7 +46,7 @@ def test_healthy_tray():
     t = tray(clique=7, chassis="1823825185529", tray_index=4)
     assert t.findings == [] and t.drain_causes() == []
     assert (t.cluster_uuid, t.clique_id, t.clique_key) == (U1, 7, f"{U1}.7")
-    assert (t.gpu_count, t.chassis_serial, t.tray_index) == (4, "1823825185529", 4)
+    assert (t.answering, t.chassis_serial, t.tray_index) == (4, "1823825185529", 4)
 
 
 def test_clique_key_lowercases_the_cluster_uuid():
@@ -104,7 +104,7 @@ def test_no_gpu_and_no_fabric_info():
     assert causes(empty) == [("fabric-incomplete", "no GPU reported", True)]
     bare = build_fabric([{"hostname": "n02", "gpus": [{"index": 0}, {"index": 1}]}]).trays["n02"]
     assert causes(bare) == [("fabric-incomplete", "no fabric information reported", True)]
-    assert (bare.gpu_count, bare.cluster_uuid) == (2, None)
+    assert (bare.answering, bare.cluster_uuid) == (2, None)
 
 
 def test_four_gpus_failing_alike_are_one_finding():

@@ -46,6 +46,7 @@ def test_gfd_example_node(fixtures_dir):
                                                       "clusterUuid": "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",
                                                       "cliqueId": 1}}]
     assert any("one GPU entry" in n for n in notes)
+    assert report["gpusCounted"] is False  # so it is never gpu-missing
     # The clique label wins over Topograph's opaque domain name "nvl1"; no UUID is derived.
     assert not any("derived" in n for n in notes)
 
@@ -71,6 +72,36 @@ def test_real_t4_node_without_clique(fixtures_dir):
 
 
 # ---- hand-made NodeLists -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("count_label, capacity, allocatable, answering", [
+    ("4", "4", "3", 3),      # the device plugin marked one GPU unhealthy (an XID 79: off the bus)
+    (None, "4", "4", 4),     # the count from capacity, all allocatable
+    ("4", "16", "12", 3),    # time-slicing, 4 replicas a GPU: 4 units gone are one GPU
+    ("4", "16", "13", 3),    # a unit short of a GPU is still a GPU not answering whole
+    ("3", "3", None, 3),     # GFD counts 3: the driver lost one; no allocatable: nothing more known
+    ("4", "0", "0", 4),      # MIG mixed strategy lists other resources: nothing to compare
+])
+def test_unallocatable_gpus_are_listed_with_an_error(count_label, capacity, allocatable, answering):
+    obj = gb200("n1", f"{A01}.1", count_label or "4")
+    if count_label is None:
+        del obj["metadata"]["labels"]["nvidia.com/gpu.count"]
+    obj["status"]["capacity"] = {"nvidia.com/gpu": capacity}
+    if allocatable is not None:
+        obj["status"]["allocatable"] = {"nvidia.com/gpu": allocatable}
+    report = labels.node_report(obj)
+    errors = [g.get("error") for g in report["gpus"]]
+    assert errors == [None] * answering + [labels.UNHEALTHY] * (len(errors) - answering)
+    assert all("fabric" not in g for g in report["gpus"] if g.get("error")) and "gpusCounted" not in report
+
+
+def test_a_bad_allocatable_value_names_the_field():
+    obj = gb200("n1", f"{A01}.1")
+    obj["status"]["capacity"], obj["status"]["allocatable"] = {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "3.5"}
+    with pytest.raises(InputError) as exc:
+        labels.node_report(obj, file="nodes.yaml")
+    assert (exc.value.field, exc.value.file) == ("status.allocatable[nvidia.com/gpu]", "nodes.yaml")
+    assert "allocatable nvidia.com/gpu='3.5'; expected a whole number of GPUs" in str(exc.value)
+
 
 def test_node_list_and_kubectl_list_and_skipped_nodes():
     doc = node_list(gb200("t1", f"{A01.upper()}.2"), gb200("t2", f"{A01}.2", count="2"),

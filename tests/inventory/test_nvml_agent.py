@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 
+import pynvml
 import pytest
 from clihelp import assert_one_error, run_main
 from fakenvml import V2, V3, ZERO, FakeGpu, install, install_no_library
@@ -56,6 +57,21 @@ def test_struct_sizes_and_versions_match_the_nvml_header():
     # state is one byte followed by padding, then healthMask
     assert nvml.FabricInfoV3.state.offset == 28 and nvml.FabricInfoV3.healthMask.offset == 32
     assert nvml.FabricInfoV3.healthSummary.offset == 36 and nvml.FabricInfoV1.state.offset == 24
+
+
+def test_the_private_lookup_the_agent_relies_on_is_in_this_nvidia_ml_py(monkeypatch):
+    """nvml.py calls the fabric and platform functions through pynvml's private
+    ``_nvmlGetFunctionPointer``: a wheel that drops or changes it must fail here, by name."""
+    from importlib.metadata import version
+
+    lookup = getattr(pynvml, "_nvmlGetFunctionPointer", None)
+    assert callable(lookup), (f"nvidia-ml-py {version('nvidia-ml-py')} has no pynvml._nvmlGetFunctionPointer, "
+                              "which reconciler/inventory/nvml.py (_call) uses to pass its own structs by reference")
+    install(monkeypatch, [gb200_gpu(0)], has_platform=False)
+    assert callable(lookup("nvmlDeviceGetGpuFabricInfoV"))
+    with pytest.raises(pynvml.NVMLError) as absent:
+        lookup("nvmlDeviceGetPlatformInfo")
+    assert absent.value.value == nvml.FUNCTION_NOT_FOUND == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 
 
 def test_gb200_healthy(monkeypatch):
@@ -162,6 +178,28 @@ def test_gpus_on_one_node_disagreeing(monkeypatch):
     node = discover(monkeypatch, [gb200_gpu(0), gb200_gpu(1), gb200_gpu(2, cluster_uuid=other),
                                   gb200_gpu(3, clique=3)])
     assert findings(node) == {"gpu-disagreement"}
+
+
+@pytest.mark.parametrize("code, words, lost_from", [(15, "GPU is lost", "handle"), (999, "Unknown Error", "handle"),
+                                                     (15, "GPU is lost", "uuid"), (16, "GPU requires restart", "fabric")])
+def test_a_lost_gpu_is_listed_with_its_error_and_the_others_are_read(monkeypatch, code, words, lost_from):
+    node = discover(monkeypatch, [gb200_gpu(0), gb200_gpu(1), gb200_gpu(2, lost=code, lost_from=lost_from),
+                                  gb200_gpu(3)])
+    assert [g.get("error") for g in node["gpus"]] == [None, None, words, None]
+    assert node["gpus"][2] == {"index": 2, "error": words}
+    tray = build_fabric([node]).trays["gb-r01-n05"]
+    assert (tray.answering, tray.lost, tray.clique_key) == (3, (f"GPU 2: {words}",), f"{DOMAIN}.2")
+    assert tray.findings == []  # the lost GPU is missing, not a fabric finding of its own
+    missing = tray.gpus_missing(4)
+    assert missing is not None and missing.cause == "gpu-missing" and missing.drainable
+    assert missing.detail == f"3 of 4 GPUs answer; GPU 2: {words}"
+    assert missing.reason == "gpu-missing (3 of 4 GPUs answer)" and tray.gpus_missing(3) is None
+
+
+def test_another_nvml_error_on_a_gpu_still_fails_the_report(monkeypatch, capsys):
+    install(monkeypatch, [gb200_gpu(0, lost=4, lost_from="fabric")])  # INSUFFICIENT_PERMISSIONS
+    res = run_main(capsys, "discover", "--hostname", "h1")
+    assert "GPU 0: nvmlDeviceGetGpuFabricInfoV failed: Insufficient Permissions" in assert_one_error(res)
 
 
 def test_status_words():

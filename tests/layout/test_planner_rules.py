@@ -92,6 +92,48 @@ def test_gpu_disagreement_drains_the_tray(plan):
     assert diags(desired, "error") == []  # the tray's majority clique (1) is the slice's
 
 
+def _lose_gpu(nodes: list[dict], host: str, index: int, error: str = "GPU is lost") -> list[dict]:
+    """The report of ``host`` lists GPU ``index`` as not answering (as the agent writes it)."""
+    for n in nodes:
+        if n["hostname"] == host:
+            n["gpus"][index] = {"index": index, "pciBusId": f"00000008:0{index + 1}:00.0", "error": error}
+    return nodes
+
+
+def test_a_tray_with_fewer_gpus_answering_drains_with_the_count(plan):
+    nodes = nr.rack("n[1-4]", U1)
+    nodes[1]["gpus"].pop()  # n2 reports 3 of its 4 GPUs: one fell off the bus
+    _lose_gpu(nodes, "n3", 2, "Unknown Error")
+    desired = plan(WHOLE_4 % (0.5, "[gpu-missing]"), nodes)
+    assert drains(desired) == {"n2": "rackctl: gpu-missing (3 of 4 GPUs answer)",
+                               "n3": "rackctl: gpu-missing (3 of 4 GPUs answer)"}
+    assert [d for d in diags(desired, "warning") if d[0] == "tray-gpu-missing"] == [
+        ("tray-gpu-missing", "tray n2 of slice r01: 3 of 4 GPUs answer"),
+        ("tray-gpu-missing", "tray n3 of slice r01: 3 of 4 GPUs answer; GPU 00000008:03:00.0: Unknown Error")]
+    assert [b.nodes for b in desired.blocks] == [("n1", "n2", "n3", "n4")]  # drained in place, as other causes
+
+
+def test_gpu_missing_follows_drain_on_and_the_declared_gpus_per_tray(plan):
+    nodes = _lose_gpu(nr.rack("n[1-4]", U1), "n1", 0)
+    kept = plan(WHOLE_4 % (0, "[unhealthy]"), nodes)
+    assert drains(kept) == {}
+    assert ("tray-gpu-missing", "tray n1 of slice r01: 3 of 4 GPUs answer; GPU 00000008:01:00.0: GPU is lost "
+            "(not drained: cause not in drainOn)") in diags(kept, "warning")
+    # A rack of 3-GPU trays declares so (racks[].gpusPerTray); an 8-GPU default makes every 4-GPU tray short.
+    three = plan(WHOLE_4.replace('"n[1-4]"}}', '"n[1-4]"}, gpusPerTray: 3}') % (0, "[gpu-missing]"), nodes)
+    assert drains(three) == {}
+    eight = plan(WHOLE_4.replace("trays: 4", "trays: 4\n  gpusPerTray: 8") % (0, "[gpu-missing]"),
+                 nr.rack("n[1-4]", U1))
+    assert set(drains(eight).values()) == {"rackctl: gpu-missing (4 of 8 GPUs answer)"}
+
+
+def test_a_source_that_cannot_count_gpus_is_not_gpu_missing(plan):
+    nodes = nr.rack("n[1-4]", U1)
+    for n in nodes:  # as from a Node with a clique label but no GPU count: one entry stands for it
+        n["gpus"], n["gpusCounted"] = n["gpus"][:1], False
+    assert drains(plan(WHOLE_4 % (1, "[gpu-missing]"), nodes)) == {}
+
+
 def test_host_matched_by_two_racks(plan):
     desired = plan(f"""\
         racks:
