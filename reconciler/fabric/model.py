@@ -70,13 +70,14 @@ class Tray:
     def drain_causes(self) -> list[Finding]:
         return [f for f in self.findings if f.drainable]
 
-    def gpus_missing(self, expected: int) -> Finding | None:
-        """The ``gpu-missing`` finding when fewer than ``expected`` GPUs answered, with the count."""
-        if self.answering is None or self.answering >= expected:
-            return None
-        count = f"{self.answering} of {expected} GPUs answer"
+    def health(self, gpus_per_tray: int) -> list[Finding]:
+        """``findings``, and ``gpu-missing`` (with the count) when fewer than ``gpus_per_tray`` GPUs
+        answered: the one finding that needs the intent's word on the tray."""
+        if self.answering is None or self.answering >= gpus_per_tray:
+            return self.findings
+        count = f"{self.answering} of {gpus_per_tray} GPUs answer"
         lost = f"; {', '.join(self.lost)}" if self.lost else ""
-        return Finding("gpu-missing", count + lost, reason=f"gpu-missing ({count})")
+        return [*self.findings, Finding("gpu-missing", count + lost, reason=f"gpu-missing ({count})")]
 
 
 @dataclass(frozen=True)

@@ -339,8 +339,7 @@ def _health(intent: Intent, rack: Rack, slice_name: SliceName, members: list[Hos
                                     f"domain {tray.cluster_uuid}; the rest of its rack reports {miscabled[h]}: "
                                     f"miscabled{'' if drain else ' (not drained: cause not in drainOn)'}", h,
                                     hardware=True))
-        missing = tray.gpus_missing(rack.gpus_per_tray)
-        for f in (*tray.findings, *((missing,) if missing else ())):
+        for f in tray.health(rack.gpus_per_tray):
             drain = f.drainable and f.cause in intent.drain_on
             if drain and h not in causes:
                 causes[h] = f.reason or f.cause

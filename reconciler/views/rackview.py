@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol
 from reconciler.fabric.model import Fabric
 from reconciler.ids import BlockName, Hostname, SliceName
 from reconciler.intent.model import Intent
-from reconciler.layout.model import HeldRack, Layout, flat_name
+from reconciler.layout.model import HeldRack, Layout, flat_name, rack_of
 from reconciler.layout.planner import tray_order_key
 from reconciler.plan import drift
 from reconciler.plan.drift import Drift
@@ -195,8 +195,11 @@ def fleet_view(run: Run) -> FleetView:
     def tray(host: str) -> _Tray:
         return trays.setdefault(host, _Tray())
 
+    gpus_per_tray = {r.name: r.gpus_per_tray for r in run.intent.racks}
+    laid_out = layout.slice_of
     for host, found in fabric.trays.items():
-        for f in found.findings:
+        where = laid_out.get(host)
+        for f in found.health(gpus_per_tray[rack_of(where)]) if where else found.findings:
             tray(host).add(HEALTHY, "fault" if f.drainable else "degraded", f"{f.cause}: {f.detail}")
     for row, mark in _node_rows(run):
         state, row_mark = _ROW[row["action"]]

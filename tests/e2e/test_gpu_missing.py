@@ -65,6 +65,8 @@ def test_slurm_drains_the_trays_with_a_gpu_gone(tmp_path, monkeypatch, capsys, f
     assert res.rc == 0, res
     drains = [line for line in calls.read_text().splitlines() if "state=DRAIN" in line]
     assert drains == [f"update nodename=gb-r01-n07,gb-r03-n11 state=DRAIN reason={REASON}"]
+    page = run_main(capsys, "report", *args).out  # the rack view names the finding with the tray
+    assert "gpu-missing: 3 of 4 GPUs answer; GPU 00000018:01:00.0: GPU is lost" in page
 
 
 def test_kubernetes_taints_the_node_with_a_gpu_gone(kube, tmp_path, capsys):

@@ -190,10 +190,10 @@ def test_a_lost_gpu_is_listed_with_its_error_and_the_others_are_read(monkeypatch
     tray = build_fabric([node]).trays["gb-r01-n05"]
     assert (tray.answering, tray.lost, tray.clique_key) == (3, (f"GPU 2: {words}",), f"{DOMAIN}.2")
     assert tray.findings == []  # the lost GPU is missing, not a fabric finding of its own
-    missing = tray.gpus_missing(4)
-    assert missing is not None and missing.cause == "gpu-missing" and missing.drainable
+    [missing] = tray.health(4)
+    assert (missing.cause, missing.drainable) == ("gpu-missing", True)
     assert missing.detail == f"3 of 4 GPUs answer; GPU 2: {words}"
-    assert missing.reason == "gpu-missing (3 of 4 GPUs answer)" and tray.gpus_missing(3) is None
+    assert missing.reason == "gpu-missing (3 of 4 GPUs answer)" and tray.health(3) == []
 
 
 def test_another_nvml_error_on_a_gpu_still_fails_the_report(monkeypatch, capsys):
