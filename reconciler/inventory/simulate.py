@@ -153,7 +153,7 @@ def intent_yaml(spec: SimSpec, racks: list[SimRack], inventory_path: str, select
              % (spec.seed, spec.racks, spec.trays, spec.gpus, spec.cliques),
              "apiVersion: rackctl.dev/v1alpha1", "kind: ClusterIntent", "metadata: {name: simulated}",
              f"inventory: {{path: {inventory_path}}}",
-             f"defaults: {{trays: {spec.trays}, slicing: {slicing}}}", "racks:"]
+             f"defaults: {{trays: {spec.trays}, gpusPerTray: {spec.gpus}, slicing: {slicing}}}", "racks:"]
     for i, r in enumerate(racks, 1):
         value = {"hosts": f'"{hostlist.compress(spec.host_format.format(rack=i, tray=t) for t in range(1, spec.trays + 1))}"',
                  "clusterUUID": r.cluster_uuid, "chassisSerial": f'"{r.chassis_serial}"'}[select]

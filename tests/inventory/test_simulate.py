@@ -86,6 +86,14 @@ def test_simulate_100_racks_then_plan(tmp_path, capsys):
     assert sum(d["code"] == "tray-degraded-bandwidth" for d in plan["diagnostics"]) == 2
 
 
+def test_a_simulated_fleet_of_two_gpu_trays_declares_them(tmp_path, capsys):
+    main(["simulate", "--racks", "2", "--gpus", "2", "--out", str(tmp_path / "inv.json"),
+          "--intent", str(tmp_path / "intent.yaml")])
+    assert "gpusPerTray: 2" in (tmp_path / "intent.yaml").read_text()
+    _, plan = _plan(capsys, tmp_path / "intent.yaml", tmp_path)
+    assert plan["node_states"] == [] and plan["summary"]["block_create"] == 2  # not 36 trays gpu-missing
+
+
 def test_simulated_miscabled_tray_is_caught(tmp_path, capsys):
     main(["simulate", "--racks", "3", "--miscabled", "1", "--out", str(tmp_path / "inv.json"),
           "--intent", str(tmp_path / "intent.yaml")])
