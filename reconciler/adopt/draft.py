@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from reconciler.adopt.tiers import TierDraft, imex, tiers
 from reconciler.diagnostics import Diagnostic
 from reconciler.errors import InputError
 from reconciler.fabric.model import Fabric
+from reconciler.intent.model import DEFAULT_GPUS_PER_TRAY
 from reconciler.text import schemas
 
 _CLUSTER = re.compile(schemas.schema("intent")["properties"]["metadata"]["properties"]["name"]["pattern"])
@@ -34,6 +36,7 @@ class Draft:
     config_dir: str | None
     notes: dict[str, str] = field(default_factory=dict)
     findings: list[Diagnostic] = field(default_factory=list)
+    gpus_per_tray: int | None = None  # the GPUs most trays answer with, when not 4 (gpu-missing)
 
 
 def infer(cfg: LiveConfig, fabric: Fabric, *, name: str | None = None, select: str = "auto") -> Draft:
@@ -48,7 +51,17 @@ def infer(cfg: LiveConfig, fabric: Fabric, *, name: str | None = None, select: s
     imex_map, config_dir, imex_note = imex(cfg, fabric, findings)
     tier_drafts = tiers(cfg, rack_drafts, imex_map is not None, cluster, findings)
     return Draft(cfg, cluster, rack_drafts, tier_drafts, imex_map, config_dir, {"name": name_note, "imex": imex_note},
-                 findings)
+                 findings, _gpus_per_tray(fabric))
+
+
+def _gpus_per_tray(fabric: Fabric) -> int | None:
+    """The GPU count most trays answer with (a tray with one GPU lost is the exception, not the
+    rule), None when it is the intent's default or no tray is counted."""
+    counts = Counter(t.answering for t in fabric.trays.values() if t.answering)
+    if not counts:
+        return None
+    usual = max(counts, key=lambda n: (counts[n], n))
+    return None if usual == DEFAULT_GPUS_PER_TRAY else usual
 
 
 def _cluster_name(cfg: LiveConfig, name: str | None) -> tuple[str, str]:

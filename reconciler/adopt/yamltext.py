@@ -57,7 +57,10 @@ def intent_text(draft: Draft, span: str, span_note: str, paths: Paths,
     default_trays = max(trays, key=lambda t: (trays[t], t))
     slicings = Counter(json.dumps(r.slicing) for r in draft.racks if r.slicing["mode"] != "explicit")
     default_slicing = json.loads(max(slicings, key=lambda s: (slicings[s], s))) if slicings else {"mode": "whole"}
-    lines += ["defaults:", f"  trays: {default_trays}", "  slicing:", *block(default_slicing, 4)]
+    lines += ["defaults:", f"  trays: {default_trays}"]
+    if draft.gpus_per_tray is not None:
+        lines += [f"  gpusPerTray: {draft.gpus_per_tray}  # what most trays of the inventory have"]
+    lines += ["  slicing:", *block(default_slicing, 4)]
     lines += ["racks:"]
     for r in draft.racks:
         entry: dict[str, Any] = {"name": r.name, "select": {r.select[0]: r.select[1]}}

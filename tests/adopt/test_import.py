@@ -175,6 +175,28 @@ def test_a_simulated_fleet_of_twenty_racks_imports_to_an_empty_plan(select, tmp_
     _assert_no_changes(capsys, out, cfg, tmp_path / "fresh-state")
 
 
+def test_trays_of_two_gpus_are_declared_so_and_nothing_drains(tmp_path, capsys):
+    sim = tmp_path / "sim"
+    res = run_main(capsys, "simulate", "--racks", 2, "--gpus", 2, "--out-dir", sim / "inventory", "--intent",
+                   sim / "intent.yaml")
+    assert res.rc == 0, res
+    cfg = write_slurm_conf(tmp_path / "slurm-etc", "gb-r[0001-0002]-n[01-18]")
+    _apply(capsys, sim / "intent.yaml", cfg, tmp_path / "state")
+    report = sim / "inventory" / "gb-r0001-n01.json"  # one tray with a GPU lost does not set the count
+    doc = json.loads(report.read_text())
+    doc["gpus"][1] = {"index": 1, "error": "GPU is lost"}
+    report.write_text(json.dumps(doc))
+    out = tmp_path / "imported" / "intent.yaml"
+
+    res = _import(capsys, cfg, sim / "inventory", out)
+    assert res.rc == 0, res
+    assert _check_written(out, sim / "inventory")["defaults"]["gpusPerTray"] == 2
+    plan = json.loads(run_main(capsys, "plan", "-f", out, "--slurm-config-dir", cfg, "--state-dir",
+                               tmp_path / "fresh-state", "--format", "json").out)
+    assert [(s["node"], s["reason"]) for s in plan["node_states"]] == [("gb-r0001-n01",
+                                                                       "rackctl: gpu-missing (1 of 2 GPUs answer)")]
+
+
 def test_topology_yaml_keeps_placeholders_and_names_tiers_after_their_topologies(tmp_path, capsys):
     scenario = GOLDEN / "yaml-two-tiers-rack-removed"
     cfg = tmp_path / "slurm"
