@@ -22,6 +22,7 @@ from reconciler.inventory.store import check_node
 
 DOMAIN = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 HEALTHY_MASK = 0x11AA  # partition assigned, configuration OK, no condition present
+ETH0 = {"name": "eth0", "kind": "physical", "linkKind": None, "addresses": ["10.0.0.5"]}
 
 
 def gb200_gpu(i: int, **kw) -> FakeGpu:
@@ -35,7 +36,7 @@ def gb200_gpu(i: int, **kw) -> FakeGpu:
 
 def discover(monkeypatch, gpus, **kw) -> dict:
     install(monkeypatch, gpus, **kw)
-    node = nvml.collect_node_report(hostname="gb-r01-n05", addresses=["10.0.0.5"])
+    node = nvml.collect_node_report(hostname="gb-r01-n05", interfaces=[ETH0])
     check_node(node, file="<test>", place="<test>")  # every report is a valid NodeReport
     return node
 
@@ -62,7 +63,7 @@ def test_gb200_healthy(monkeypatch):
     gpus = [gb200_gpu(i) for i in range(4)]
     node = discover(monkeypatch, gpus)
     assert node["source"] == "nvml" and node["hostname"] == "gb-r01-n05"
-    assert node["addresses"] == ["10.0.0.5"] and node["collectedAt"].endswith("Z")
+    assert node["interfaces"] == [ETH0] and "addresses" not in node and node["collectedAt"].endswith("Z")
     assert [g["index"] for g in node["gpus"]] == [0, 1, 2, 3]
     assert node["gpus"][1]["uuid"] == "GPU-00000001-1111-2222-3333-444455556666"
     assert node["gpus"][1]["pciBusId"] == "00000008:02:00.0"
