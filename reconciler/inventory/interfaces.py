@@ -44,6 +44,7 @@ _MAX_LINK_KIND = 32  # schema $defs.interface.linkKind.maxLength
 _BRIDGES = frozenset({"bridge", "openvswitch"})
 _VETHS = frozenset({"veth", "netkit"})
 _ON_DEVICES = frozenset({"bond", "team", "vlan", "macsec", "ipoib"})
+_VERSIONS = {"inet": 4, "inet6": 6}  # addr_info family -> IP version
 
 
 class IpAddr(TypedDict, total=False):
@@ -119,7 +120,7 @@ def _addresses(entries: object) -> list[str]:
             ip = ipaddress.ip_address(e["local"])
         except ValueError:
             continue
-        if {"inet": 4, "inet6": 6}.get(e.get("family")) != ip.version or (ip.version == 6 and ip.is_link_local):
+        if _VERSIONS.get(str(e.get("family"))) != ip.version or (ip.version == 6 and ip.is_link_local):
             continue
         found[str(ip)] = None
     return list(found)
