@@ -83,12 +83,13 @@ class HostAddress(NamedTuple):
 
 
 def host_addresses(node: NodeReport) -> tuple[HostAddress, ...]:
-    """Every address ``node`` reports: those of its ``interfaces`` in report order, then its bare
-    ``addresses`` not already among them."""
-    out = {a: HostAddress(a, i["name"], i["kind"]) for i in node.get("interfaces", ()) for a in i["addresses"]}
-    for a in node.get("addresses", ()):
-        out.setdefault(a, HostAddress(a))
-    return tuple(out.values())
+    """Every address ``node`` reports: those of its ``interfaces`` in report order (an address on
+    two interfaces once for each), then its bare ``addresses`` that no interface holds."""
+    out = dict.fromkeys(HostAddress(a, i["name"], i["kind"])
+                        for i in node.get("interfaces", ()) for a in i["addresses"])
+    held = {a.address for a in out}
+    out.update(dict.fromkeys(HostAddress(a) for a in node.get("addresses", ()) if a not in held))
+    return tuple(out)
 
 
 class NodeReport(TypedDict, total=False):

@@ -81,7 +81,7 @@ _LINK_TYPES = {1: "ether", 32: "infiniband", 512: "ppp", 768: "ipip", 769: "tunn
 
 
 class _Unreadable(Exception):
-    """The dump cannot be read: the reason, for no one but the tests (read_links gives [])."""
+    """The dump cannot be read (its words name why, for a debugger: ``read_links`` gives [])."""
 
 
 def read_links(timeout_s: float = 2.0) -> list[IpLink]:

@@ -147,3 +147,14 @@ def test_bare_addresses_count_as_eligible_beside_interfaces(plan):
     assert build_fabric(nodes[1:2]).addresses["gb-r01-n02"][:2] == (HostAddress("10.1.0.2", "bond0", "physical"),
                                                                    HostAddress("10.244.2.1", "cni0", "bridge"))
     assert build_fabric(nodes[1:2]).addresses["gb-r01-n02"][-1] == HostAddress("10.8.0.2")
+
+
+def test_an_address_on_two_interfaces_is_carried_with_each():
+    node = {**nr.node(HOSTS[0], UUID), "addresses": ["10.5.0.1", "10.6.0.1"], "interfaces": [
+        {"name": "lo", "kind": "loopback", "linkKind": None, "addresses": ["127.0.0.1", "10.5.0.1"]},
+        {"name": "bond0", "kind": "physical", "linkKind": "bond", "addresses": ["10.5.0.1"]}]}
+    carried = build_fabric([node]).addresses[HOSTS[0]]
+    assert carried == (HostAddress("127.0.0.1", "lo", "loopback"), HostAddress("10.5.0.1", "lo", "loopback"),
+                       HostAddress("10.5.0.1", "bond0", "physical"), HostAddress("10.6.0.1"))
+    assert ImexAddressing(NET).choose(carried) == "10.5.0.1"  # on bond0: the loopback copy is skipped
+    assert ImexAddressing(None, "lo").choose(carried) == "127.0.0.1"
