@@ -29,6 +29,7 @@ Service address) and ``MAX_INTERFACES`` interfaces.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Iterable, TypedDict
 
 from reconciler.errors import InputError
@@ -45,6 +46,7 @@ _BRIDGES = frozenset({"bridge", "openvswitch"})
 _VETHS = frozenset({"veth", "netkit"})
 _ON_DEVICES = frozenset({"bond", "team", "vlan", "macsec", "ipoib"})
 _VERSIONS = {"inet": 4, "inet6": 6}  # addr_info family -> IP version
+_NAME = re.compile(r"[^/\s:]{1,15}")  # schema $defs.interface.name: what the kernel's dev_valid_name allows
 
 
 class IpAddr(TypedDict, total=False):
@@ -63,10 +65,11 @@ class _LinkInfo(TypedDict, total=False):
 
 
 class IpLink(TypedDict, total=False):
-    """One interface of ``ip -d -j address show``: ``ifname``, ``flags`` (IFF_* names in
-    iproute2's order), ``link_type`` (ARPHRD_* in iproute2's words: ``ether``, ``loopback``,
-    ``none``...), ``linkinfo.info_kind`` (absent for a device) and its ``addr_info``."""
+    """One interface of ``ip -d -j address show``: ``ifindex``, ``ifname``, ``flags`` (IFF_*
+    names in iproute2's order), ``link_type`` (ARPHRD_* in iproute2's words: ``ether``,
+    ``loopback``, ``none``...), ``linkinfo.info_kind`` (absent for a device), ``addr_info``."""
 
+    ifindex: int
     ifname: str
     flags: list[str]
     link_type: str
@@ -89,13 +92,13 @@ def kind_of(flags: Iterable[str], link_kind: str | None) -> str:
 
 def classify(records: Iterable[IpLink]) -> list[Interface]:
     """NodeReport ``interfaces`` from interface records, in record order. A record that is not
-    an object with a text ``ifname`` is skipped, and so is an address that is not an IPv4 or
-    IPv6 address of its family: recorded tables come from other tools."""
+    an object with an interface name for ``ifname`` is skipped, and so is an address that is
+    not an IPv4 or IPv6 address of its family: recorded tables come from other tools."""
     out: list[Interface] = []
     for rec in records:
         if len(out) == MAX_INTERFACES:
             break
-        if not isinstance(rec, dict) or not isinstance(rec.get("ifname"), str):
+        if not isinstance(rec, dict) or not isinstance(rec.get("ifname"), str) or not _NAME.fullmatch(rec["ifname"]):
             continue
         addresses = _addresses(rec.get("addr_info"))
         if not addresses:

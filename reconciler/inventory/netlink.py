@@ -28,8 +28,8 @@ Layouts and numbers, host byte order (uapi headers):
   leftover bits in hex, M-DOWN when the link an interface sits on (IFLA_LINK, same namespace) is
   down; ``ll_type_n2a`` in ``lib/ll_types.c``, ``[N]`` for a type it has no word for).
 
-Bounds: the socket waits at most ``timeout_s`` for each read and the whole read ends within
-twice that; at most ``MAX_BYTES`` read, ``MAX_MESSAGES`` messages and ``MAX_LINKS`` interfaces.
+Bounds: each read of the socket waits at most ``timeout_s``, and the whole read at most twice
+that; at most ``MAX_BYTES`` read, ``MAX_MESSAGES`` messages and ``MAX_LINKS`` interfaces.
 Never raises: a host without rtnetlink (not Linux, a seccomp filter), an error answer, a
 truncated or malformed message or a bound reached gives ``[]``, as the agent's reading of
 addresses always has (it reports what it can and the planner falls back to host names).
@@ -37,7 +37,6 @@ addresses always has (it reports what it can and the planner falls back to host 
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import time
@@ -94,11 +93,9 @@ def read_links(timeout_s: float = 2.0) -> list[IpLink]:
 
 
 def _read(timeout_s: float) -> list[IpLink]:
-    deadline = time.monotonic() + 2 * timeout_s
+    budget = _Budget(timeout_s)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE) as sock:
-        sock.settimeout(timeout_s)
         sock.bind((0, 0))
-        budget = _Budget(deadline)
         for attempt in range(3):  # a dump interrupted by a change is read again, as ip does
             links: dict[int, dict[str, Any]] = {}
             link_of: dict[int, int] = {}  # ifindex -> the ifindex of the link it sits on (IFLA_LINK)
@@ -130,15 +127,24 @@ def _read(timeout_s: float) -> list[IpLink]:
 
 
 class _Budget:
-    """What one read may still take: bytes, messages and time."""
+    """What the whole read may still take: bytes, messages and time (``timeout_s`` a socket
+    read, twice that in all)."""
 
-    def __init__(self, deadline: float) -> None:
-        self.deadline, self.bytes, self.messages = deadline, MAX_BYTES, MAX_MESSAGES
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s, self.deadline = timeout_s, time.monotonic() + 2 * timeout_s
+        self.bytes, self.messages = MAX_BYTES, MAX_MESSAGES
+
+    def wait(self, sock: socket.socket) -> None:
+        """Bound the next read of ``sock`` by what is left of the time."""
+        left = min(self.timeout_s, self.deadline - time.monotonic())
+        if left <= 0:
+            raise _Unreadable("the dump is slower than its bound")
+        sock.settimeout(left)
 
     def spend(self, nbytes: int) -> None:
         self.bytes -= nbytes
-        if self.bytes < 0 or time.monotonic() > self.deadline:
-            raise _Unreadable("the dump is larger or slower than its bounds")
+        if self.bytes < 0:
+            raise _Unreadable("the dump is larger than its bound")
 
     def message(self) -> None:
         self.messages -= 1
@@ -154,6 +160,7 @@ def _dump(sock: socket.socket, request: int, payload: bytes, answer: int, seq: i
     buf = bytearray(_RECV_BUFFER)
     pid = sock.getsockname()[0]
     while True:
+        budget.wait(sock)
         n, _, msg_flags, _ = sock.recvmsg_into([buf])
         budget.spend(n)
         if msg_flags & socket.MSG_TRUNC or n == 0:
@@ -171,7 +178,7 @@ def _dump(sock: socket.socket, request: int, payload: bytes, answer: int, seq: i
             if kind == NLMSG_DONE:
                 return
             if kind == NLMSG_ERROR:
-                raise _Unreadable(f"the kernel answered {os.strerror(-struct.unpack_from('=i', body)[0])}")
+                raise _Unreadable(f"the kernel answered errno {-struct.unpack_from('=i', body)[0]}")
             if kind == answer:
                 yield flags, body
 

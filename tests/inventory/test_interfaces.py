@@ -88,6 +88,8 @@ def test_kind_rules():
 def test_records_from_other_tools_are_read_with_care():
     records = [
         "not an object", {"ifname": 7, "addr_info": [{"family": "inet", "local": "10.0.0.1"}]},
+        *({"ifname": name, "addr_info": [{"family": "inet", "local": "10.0.0.9"}]}
+          for name in ("", "eth0:1", "a b", "x" * 16)),  # not interface names
         {"ifname": "a0", "flags": "UP", "linkinfo": {"info_kind": ""}, "addr_info": [
             {"family": "inet", "local": "10.0.0.1"}, {"family": "inet", "local": "10.0.0.1"},  # once
             {"family": "inet", "local": "fd00::1"},  # the wrong family

@@ -202,7 +202,7 @@ def test_requests_and_decoding(monkeypatch):
     fake = kernel()
     monkeypatch.setattr(netlink.socket, "socket", fake)
     assert netlink.read_links(timeout_s=1.5) == EXPECTED
-    assert fake.timeout == 1.5
+    assert fake.timeout == 1.5  # each read's wait
     # RTM_GETLINK with an ifinfomsg, then RTM_GETADDR with an ifaddrmsg, NLM_F_REQUEST | NLM_F_DUMP
     assert [s[:5] for s in fake.sent] == [(32, 18, 0x301, 1, 0), (24, 22, 0x301, 2, 0)]
     assert [s[5] for s in fake.sent] == [bytes(16), bytes(8)]
@@ -230,10 +230,12 @@ def _answers_with(first: bytes):
     return answers
 
 
-@pytest.mark.parametrize("case", ["error", "truncated", "malformed", "bad attribute", "timeout", "empty read"])
+@pytest.mark.parametrize("case", ["error", "odd error", "truncated", "malformed", "bad attribute", "timeout",
+                                  "empty read"])
 def test_a_failed_read_is_empty(monkeypatch, case):
     fake = {
         "error": FakeKernel(lambda kind, seq: [msg(2, seq, struct.pack("=i", -1) + bytes(16))]),  # -EPERM
+        "odd error": FakeKernel(lambda kind, seq: [msg(2, seq, struct.pack("=i", -2 ** 31) + bytes(16))]),
         "truncated": FakeKernel(lambda kind, seq: [msg(16, seq, LINKS[0])], flags=socket.MSG_TRUNC),
         "malformed": FakeKernel(lambda kind, seq: [NLMSG.pack(4096, 16, 2, seq, 4242) + LINKS[0]]),
         "bad attribute": FakeKernel(lambda kind, seq: [msg(16, seq, LINKS[0][:16] + struct.pack("=HH", 200, 3))]),
@@ -261,7 +263,15 @@ def test_each_bound_ends_the_read_empty(monkeypatch, bound, value):
 
 
 def test_the_whole_read_has_a_deadline(monkeypatch):
-    clock = iter([0.0, 0.5, 10.0])  # the deadline is set at 0.0: twice timeout_s = 4 s
-    monkeypatch.setattr(netlink.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(netlink.socket, "socket", kernel())
+    now = [0.0]
+
+    def clock():  # every look at the clock finds 1.5 s more gone: the deadline (2 x 2 s) is 4.0
+        now[0] += 1.5
+        return now[0] - 1.5
+    monkeypatch.setattr(netlink.time, "monotonic", clock)
+    fake = kernel()
+    waits = []
+    fake.settimeout = waits.append
+    monkeypatch.setattr(netlink.socket, "socket", fake)
     assert netlink.read_links(timeout_s=2.0) == []
+    assert waits == [2.0, 1.0]  # reads at 1.5 and 3.0; at 4.5 no time is left
