@@ -164,8 +164,9 @@ _TABLE = (
     _code("partition-empty", _E, TIER, _S, "a tier's partition would have no nodes"),
     _code("tier-block-sizes", _I, TIER, _S, "a tier gets its smallest block size only (topology.yaml)"),
     _code("imex-span", _W, TIER, _S, "a tier admits jobs larger than its largest NVLink clique"),
-    _code("imex-address-missing", _W, TRAY, _S, "trays report no address in policy.imex.network: their host name "
-          "is used", hardware=True),
+    _code("imex-address-missing", _W, TRAY, _S, "trays report no address that targets.slurm.imex.interface/network "
+          "choose (the network alone skips loopback, bridge, veth, container): their host name is used",
+          hardware=True),
     _code("imex-address-shared", _E, TRAY, _S, "trays report the same IMEX address", hardware=True),
     _code("imex-delivery", _I, TARGET, _S, "how the per-job IMEX scripts reach the compute nodes"),
     _code("imex-not-configless", _E, TARGET, _S, "configless delivery without SlurmctldParameters=enable_configless"),

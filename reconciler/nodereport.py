@@ -10,7 +10,7 @@ targets never import the inventory.
 
 from __future__ import annotations
 
-from typing import Required, TypedDict
+from typing import NamedTuple, Required, TypedDict
 
 
 class GpuFabric(TypedDict, total=False):
@@ -70,6 +70,26 @@ class Interface(TypedDict):
     kind: str
     linkKind: str | None
     addresses: list[str]
+
+
+class HostAddress(NamedTuple):
+    """One address a tray reports, as the fabric model carries it to the planner: ``address``
+    as text, the ``interface`` it is on and that interface's ``kind`` (``Interface.kind``); both
+    None for a bare ``addresses`` entry (an older agent, Kubernetes Node status: unknown)."""
+
+    address: str
+    interface: str | None = None
+    kind: str | None = None
+
+
+def host_addresses(node: NodeReport) -> tuple[HostAddress, ...]:
+    """Every address ``node`` reports: those of its ``interfaces`` in report order (an address on
+    two interfaces once for each), then its bare ``addresses`` that no interface holds."""
+    out = dict.fromkeys(HostAddress(a, i["name"], i["kind"])
+                        for i in node.get("interfaces", ()) for a in i["addresses"])
+    held = {a.address for a in out}
+    out.update(dict.fromkeys(HostAddress(a) for a in node.get("addresses", ()) if a not in held))
+    return tuple(out)
 
 
 class NodeReport(TypedDict, total=False):

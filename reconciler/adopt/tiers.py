@@ -24,6 +24,7 @@ from reconciler.errors import RackctlError
 from reconciler.fabric.model import Fabric
 from reconciler.ids import Hostname
 from reconciler.intent.model import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
+from reconciler.targets.slurm.imex_address import ImexAddressing
 from reconciler.targets.slurm.target import PartitionLine
 from reconciler.text import hostlist, schemas
 
@@ -297,13 +298,8 @@ def _network(prolog: bytes, fabric: Fabric, findings: list[Diagnostic]) -> str |
 
 
 def _first_in(fabric: Fabric, host: Hostname, network: Any) -> Any:
-    """The first reported IP address of ``host`` inside ``network`` (as the planner picks it), or None."""
+    """The IP address the planner picks for ``host`` with ``network`` alone (``ImexAddressing``),
+    or None."""
     tray = fabric.trays.get(host)
-    for a in tray.addresses if tray is not None else ():
-        try:
-            ip = ipaddress.ip_address(a)
-        except ValueError:
-            continue
-        if "%" not in a and ip.version == network.version and ip in network:
-            return ip
-    return None
+    chosen = ImexAddressing(network).choose(tray.addresses) if tray is not None else None
+    return ipaddress.ip_address(chosen) if chosen is not None else None

@@ -29,7 +29,7 @@ EXIT_OK, EXIT_ERROR = 0, 1
 COMMANDS = {
     "validate": ("validate", 'check an intent without discovery (schema, names, references, slicing)'),
     "inventory": ("inventory", 'convert captured `nvidia-smi -q` text into NodeReports'),
-    "discover": ("discover", "read this host's GPUs through NVML and print its NodeReport (the node agent)"),
+    "discover": ("discover", "read this host's GPUs (NVML) and interfaces (rtnetlink) and print its NodeReport (the node agent)"),
     "simulate": ("simulate", 'write a seeded, deterministic NVL72 fleet inventory (with injected faults)'),
     "collect": ("collect", 'run the node agent on every node and gather the NodeReports'),
     "verify": ("verify", 'prove that the scheduler places jobs inside the intended slices'),
@@ -47,7 +47,7 @@ COMMANDS = {
 EPILOG = """exit codes:
   validate   0 valid, 1 errors
   inventory  0 written, 1 error (nothing written)
-  discover   0 report printed or written, 1 error (no NVML, no GPU; nothing written)
+  discover   0 report printed or written, 1 error (no NVML, no GPU, an unknown --interface; nothing written)
   plan       0 no changes, 2 changes or held racks, 1 error (incl. error diagnostics)
   apply      0 success, 1 failure (incl. a saved --plan refused as stale: nothing written)
   drift      0 in sync, 2 drift (drift or orphan changes, hardware warnings, held racks; not intended changes), 1 error

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from reconciler.ids import CliqueKey, ClusterUUID, Hostname
+from reconciler.nodereport import HostAddress, host_addresses
 
 if TYPE_CHECKING:
     from reconciler.nodereport import Gpu, GpuFabric, NodeReport
@@ -46,9 +47,10 @@ class Tray:
     """One compute tray (host) as discovered.
 
     ``cluster_uuid``/``clique_id`` are the majority values of its attached GPUs (None when no GPU
-    is attached); ``findings`` lists what is wrong with it, empty when healthy. ``answering``: how
-    many of its GPUs answered (None when the source cannot count them: ``gpusCounted`` false);
-    ``lost``: ``"GPU <PCI bus id or index>: <error>"`` for each GPU listed that did not.
+    is attached); ``addresses`` every address it reports, with its interface and kind;
+    ``findings`` lists what is wrong with it, empty when healthy. ``answering``: how many of its
+    GPUs answered (None when the source cannot count them: ``gpusCounted`` false); ``lost``:
+    ``"GPU <PCI bus id or index>: <error>"`` for each GPU listed that did not.
     """
 
     hostname: Hostname
@@ -58,7 +60,7 @@ class Tray:
     clique_id: int | None
     chassis_serial: str | None
     tray_index: int | None
-    addresses: tuple[str, ...]
+    addresses: tuple[HostAddress, ...]
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -89,8 +91,9 @@ class Fabric:
     by_chassis: dict[str, list[Hostname]]
 
     @property
-    def addresses(self) -> dict[Hostname, tuple[str, ...]]:
-        """Host -> the addresses its tray reports (possibly none), for every discovered tray."""
+    def addresses(self) -> dict[Hostname, tuple[HostAddress, ...]]:
+        """Host -> the addresses its tray reports (possibly none), with their interfaces, for
+        every discovered tray."""
         return {h: t.addresses for h, t in self.trays.items()}
 
 
@@ -148,7 +151,7 @@ def _tray(node: NodeReport) -> Tray:
         clique_id=_majority(clique_list),
         chassis_serial=chassis,
         tray_index=tray_index,
-        addresses=tuple(node.get("addresses", ())),
+        addresses=host_addresses(node),
         findings=unique,
     )
 

@@ -177,13 +177,14 @@ class Tier:
 @dataclass(frozen=True)
 class ImexSettings:
     """``targets.slurm.imex``: per-job IMEX settings. ``ready_timeout_s``: the Prolog's bound on
-    waiting for READY; ``network``: CIDR choosing each tray's IMEX address (None: its one address,
-    else its host name); ``delivery``: configless | shared-filesystem | config-management;
+    waiting for READY; ``network``: CIDR and ``interface``: interface name choosing each tray's
+    IMEX address (``targets.slurm.imex_address``; both None: its host name); ``delivery``: configless | shared-filesystem | config-management;
     ``node_script_dir``: absolute script folder on compute nodes (None: the config dir)."""
 
     channel_count: int = DEFAULT_IMEX_CHANNELS
     ready_timeout_s: int = 60
     network: str | None = None
+    interface: str | None = None
     delivery: str = "configless"
     node_script_dir: str | None = None
 
@@ -612,6 +613,7 @@ def _imex_settings(data: dict[str, Any], smap: SourceMap) -> ImexSettings:
         channel_count=int(data.get("channelCount", DEFAULT_IMEX_CHANNELS)),
         ready_timeout_s=ready,
         network=network,
+        interface=data.get("interface"),
         delivery=data.get("delivery", "configless"),
         node_script_dir=data.get("nodeScriptDir"),
     )

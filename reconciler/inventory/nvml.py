@@ -42,7 +42,7 @@ from types import ModuleType
 
 from reconciler.errors import RackctlError
 from reconciler.inventory.imex import read_imex_state
-from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
+from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, Interface, NodeReport
 
 __all__ = ["collect_node_report", "FabricInfoV1", "FabricInfoV2", "FabricInfoV3", "PlatformInfoV1",
            "PlatformInfoV2", "FABRIC_V2", "FABRIC_V3", "PLATFORM_V1", "PLATFORM_V2", "status_words"]
@@ -123,16 +123,17 @@ def status_words(code: int) -> str:
     return _STATUS_WORDS.get(code, f"Unknown Error ({code})")
 
 
-def collect_node_report(*, hostname: str | None = None, addresses: list[str] | None = None,
+def collect_node_report(*, hostname: str | None = None, interfaces: list[Interface] | None = None,
                         now: datetime | None = None, imex_root: Path = Path("/")) -> NodeReport:
     """Read every GPU through NVML and return one NodeReport dict (schemaVersion 1).
 
     Shape: ``{"schemaVersion": 1, "hostname", "source": "nvml", "collectedAt": RFC 3339 UTC,
-    "addresses": [...], "gpus": [{"index", "uuid", "pciBusId", "fabric"?, "platform"?}],
+    "interfaces": [...], "gpus": [{"index", "uuid", "pciBusId", "fabric"?, "platform"?}],
     "imex": {"hostService", "nodesFile", "nodes"?, "channelsMajor"}}``.
-    ``hostname`` defaults to ``socket.gethostname()``, ``addresses`` to the host's own
-    non-loopback addresses, ``now`` to the current time; ``imex`` is read from the files under
-    ``imex_root`` (see ``reconciler.inventory.imex``).
+    ``hostname`` defaults to ``socket.gethostname()``, ``interfaces`` to every interface of the
+    host with an address and its kind (``reconciler.inventory.netlink.host_interfaces``: no
+    policy here, the planner chooses what IMEX uses), ``now`` to the current time; ``imex`` is
+    read from the files under ``imex_root`` (see ``reconciler.inventory.imex``).
     """
     pynvml = _init()
     try:
@@ -150,12 +151,12 @@ def collect_node_report(*, hostname: str | None = None, addresses: list[str] | N
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
-    if addresses is None:
-        from reconciler.inventory.hostaddr import host_addresses
-        addresses = host_addresses()
+    if interfaces is None:
+        from reconciler.inventory.netlink import host_interfaces
+        interfaces = host_interfaces()
     stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
     return {"schemaVersion": 1, "hostname": hostname or socket.gethostname(), "source": "nvml",
-            "collectedAt": stamp.isoformat().replace("+00:00", "Z"), "addresses": list(addresses),
+            "collectedAt": stamp.isoformat().replace("+00:00", "Z"), "interfaces": list(interfaces),
             "gpus": gpus, "imex": read_imex_state(imex_root)}
 
 

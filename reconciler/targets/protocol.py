@@ -34,7 +34,7 @@ from reconciler.ids import ClusterUUID, Hostname
 from reconciler.intent.model import Intent
 from reconciler.layout.model import History, Layout
 from reconciler.layout.nodestates import HealthHistory, NodeRow
-from reconciler.nodereport import NodeReport
+from reconciler.nodereport import HostAddress, NodeReport
 from reconciler.plan.blastradius import Measure
 from reconciler.state.statedir import Held, StateDir
 
@@ -101,11 +101,12 @@ class Context:
 @dataclass(frozen=True)
 class Found:
     """What discovery found, as targets take it (they never read the inventory themselves):
-    ``reports`` the NodeReports, ``addresses`` host -> the addresses a tray reports, ``domains``
-    host -> its NVLink domain (cluster UUID), for the trays that report one."""
+    ``reports`` the NodeReports, ``addresses`` host -> the addresses a tray reports (each with its
+    interface and kind, ``nodereport.HostAddress``), ``domains`` host -> its NVLink domain
+    (cluster UUID), for the trays that report one."""
 
     reports: list[NodeReport]
-    addresses: dict[Hostname, tuple[str, ...]]
+    addresses: dict[Hostname, tuple[HostAddress, ...]]
     domains: dict[Hostname, ClusterUUID]
 
 

@@ -417,3 +417,29 @@ def test_slurm_reserved_names_are_kubernetes_names_like_any_other(load):
         targets: {kubernetes: {}}
         """)
     assert intent.tiers[0].slurm.partition == "default" and not intent.slurm_enabled
+
+
+# --- per-job IMEX addressing ---------------------------------------------------------------------
+
+IMEX_BODY = """\
+    racks:
+      - {name: r01, select: {hosts: "n[01-18]"}}
+    tiers: [{name: t, slices: [r01], slurm: {partition: p}}]
+    policy: {imex: per-job}
+    targets: {slurm: {imex: %s}}
+    """
+
+
+def test_imex_interface_alone_or_with_a_network(load):
+    imex = load(IMEX_BODY % "{interface: bond0.100}").slurm.imex
+    assert (imex.interface, imex.network) == ("bond0.100", None)
+    imex = load(IMEX_BODY % "{interface: ibp3s0, network: 10.1.2.3/16}").slurm.imex
+    assert (imex.interface, imex.network) == ("ibp3s0", "10.1.0.0/16")
+    imex = load(IMEX_BODY % "{}").slurm.imex
+    assert (imex.interface, imex.network) == (None, None)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "eth0:1", "bond 0", "sixteen-letters0"])
+def test_imex_interface_must_be_an_interface_name(load, name):
+    message = error(load, IMEX_BODY % f"{{interface: {name!r}}}")
+    assert message.startswith("intent.yaml:8: targets.slurm.imex.interface: "), message

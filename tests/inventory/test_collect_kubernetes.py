@@ -86,7 +86,7 @@ def test_publish_report_api_error_is_a_clear_error():
 def fake_nvml(monkeypatch, gethostname: str = "gb-r01-n01") -> None:
     """``collect_node_report`` as the real one names the report: ``hostname``, else this host's name."""
     from reconciler.inventory import nvml
-    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None: nr.node(hostname or gethostname, UUID))
+    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None, interfaces=None: nr.node(hostname or gethostname, UUID))
 
 
 def test_discover_publish_annotation_names_the_report_after_the_node(monkeypatch, capsys, tmp_path):

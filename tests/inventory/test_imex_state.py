@@ -107,7 +107,7 @@ def test_the_node_report_carries_the_imex_state_and_stays_valid(monkeypatch, tmp
     enable_service(tmp_path)
     write(tmp_path, "/etc/nvidia-imex/config.cfg", "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n")
     write(tmp_path, "/etc/nvidia-imex/nodes_config.cfg", "10.0.0.5\n10.0.0.6\n")
-    node = nvml.collect_node_report(hostname="gb-r01-n05", addresses=["10.0.0.5"], imex_root=tmp_path)
+    node = nvml.collect_node_report(hostname="gb-r01-n05", interfaces=[], imex_root=tmp_path)
     assert node["schemaVersion"] == 1
     assert node["imex"] == {"hostService": True, "nodesFile": "/etc/nvidia-imex/nodes_config.cfg",
                             "nodes": ["10.0.0.5", "10.0.0.6"], "channelsMajor": None}

@@ -17,12 +17,13 @@ from clihelp import assert_one_error, run_main
 from fakenvml import V2, V3, ZERO, FakeGpu, install, install_no_library
 
 from reconciler.fabric.model import build_fabric
-from reconciler.inventory import nvml
+from reconciler.inventory import netlink, nvml
 from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.store import check_node
 
 DOMAIN = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 HEALTHY_MASK = 0x11AA  # partition assigned, configuration OK, no condition present
+ETH0 = {"name": "eth0", "kind": "physical", "linkKind": None, "addresses": ["10.0.0.5"]}
 
 
 def gb200_gpu(i: int, **kw) -> FakeGpu:
@@ -36,7 +37,7 @@ def gb200_gpu(i: int, **kw) -> FakeGpu:
 
 def discover(monkeypatch, gpus, **kw) -> dict:
     install(monkeypatch, gpus, **kw)
-    node = nvml.collect_node_report(hostname="gb-r01-n05", addresses=["10.0.0.5"])
+    node = nvml.collect_node_report(hostname="gb-r01-n05", interfaces=[ETH0])
     check_node(node, file="<test>", place="<test>")  # every report is a valid NodeReport
     return node
 
@@ -78,7 +79,7 @@ def test_gb200_healthy(monkeypatch):
     gpus = [gb200_gpu(i) for i in range(4)]
     node = discover(monkeypatch, gpus)
     assert node["source"] == "nvml" and node["hostname"] == "gb-r01-n05"
-    assert node["addresses"] == ["10.0.0.5"] and node["collectedAt"].endswith("Z")
+    assert node["interfaces"] == [ETH0] and "addresses" not in node and node["collectedAt"].endswith("Z")
     assert [g["index"] for g in node["gpus"]] == [0, 1, 2, 3]
     assert node["gpus"][1]["uuid"] == "GPU-00000001-1111-2222-3333-444455556666"
     assert node["gpus"][1]["pciBusId"] == "00000008:02:00.0"
@@ -211,12 +212,12 @@ def test_status_words():
 
 def test_discover_prints_a_valid_node_report(monkeypatch, capsys):
     install(monkeypatch, [gb200_gpu(i) for i in range(4)])
+    monkeypatch.setattr(netlink, "read_links", lambda timeout_s=2.0: [])  # this host's: tests/inventory/test_netlink.py
     res = run_main(capsys, "discover", "--hostname", "gb-r01-n07")
     assert res.rc == 0, res
     node = json.loads(res.out)
-    assert node["hostname"] == "gb-r01-n07" and len(node["gpus"]) == 4
+    assert node["hostname"] == "gb-r01-n07" and len(node["gpus"]) == 4 and node["interfaces"] == []
     check_node(node, file="<stdout>", place="<stdout>")
-    assert "127.0.0.1" not in node["addresses"] and "::1" not in node["addresses"]
 
 
 def test_discover_out_writes_the_file(monkeypatch, capsys, tmp_path):

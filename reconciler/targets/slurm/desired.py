@@ -10,7 +10,6 @@ order, then one per tier holding the blocks of the slices the tier serves.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -18,6 +17,8 @@ from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.ids import BlockName, CliqueKey, Hostname, SliceName
 from reconciler.intent.model import Intent, SlurmPartition, block_sizes, tier_block_sizes, tier_slices_per_rack
 from reconciler.layout.model import History, Layout, Position, flat_name, rack_of
+from reconciler.nodereport import HostAddress
+from reconciler.targets.slurm.imex_address import ImexAddressing
 from reconciler.text import hostlist
 
 
@@ -105,9 +106,10 @@ class DesiredSlurm:
 
 
 def desired_slurm(intent: Intent, layout: Layout, history: History,
-                  addresses: dict[Hostname, tuple[str, ...]]) -> DesiredSlurm:
+                  addresses: dict[Hostname, tuple[HostAddress, ...]]) -> DesiredSlurm:
     """The desired Slurm state. ``history``: what was applied (its slice positions, per-job IMEX
-    addresses); ``addresses``: host -> the addresses each discovered tray reports. The diagnostics
+    addresses); ``addresses``: host -> the addresses each discovered tray reports, with their
+    interfaces (``Found.addresses``). The diagnostics
     are the layout's with Slurm's own put after the stage each follows."""
     after: dict[str, list[Diagnostic]] = defaultdict(list)
     before: dict[str, list[Diagnostic]] = defaultdict(list)
@@ -199,16 +201,17 @@ def _topologies(intent: Intent, layout: Layout, blocks: list[Block], diags: list
     return out
 
 
-def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[str, ...]], history: History,
-                diags: list[Diagnostic]) -> list[ImexNode]:
+def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[HostAddress, ...]],
+                history: History, diags: list[Diagnostic]) -> list[ImexNode]:
     """Each placed tray's IMEX address and clique for the per-job IMEX scripts.
 
     The address is the host name (IMEX nodes files take DNS names), or with
-    ``targets.slurm.imex.network`` the tray's reported address in that network; a tray that does
-    not report keeps its last applied address. The clique is the tray's, else its slice's (a
-    slice is one clique), so a tray going missing does not change the scripts. A tray of a held
-    rack keeps its last applied address, and takes no part in the check for shared ones."""
-    network = ipaddress.ip_network(intent.slurm.imex.network) if intent.slurm.imex.network else None
+    ``targets.slurm.imex.interface`` and/or ``network`` the tray's reported address that
+    ``imex_address.ImexAddressing`` chooses; a tray that does not report keeps its last applied address. The
+    clique is the tray's, else its slice's (a slice is one clique), so a tray going missing does
+    not change the scripts. A tray of a held rack keeps its last applied address, and takes no
+    part in the check for shared ones."""
+    addressing = ImexAddressing.of(intent.slurm.imex)
     applied = dict(history.imex_addresses)
     held = layout.held_trays
     out: list[ImexNode] = []
@@ -220,12 +223,12 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
                 continue  # a tray in two slices is already an error (host-two-slices)
             seen.add(h)
             address: str = h
-            if network is not None and (h not in addresses or h in held):
+            if not addressing.by_name and (h not in addresses or h in held):
                 address = applied.get(h, h)
-            elif network is not None:
-                inside = [a for a in addresses[h] if _in_network(a, network)]
-                address = inside[0] if inside else h
-                if not inside:
+            elif not addressing.by_name:
+                chosen = addressing.choose(addresses[h])
+                address = chosen or h
+                if chosen is None:
                     by_name.append(h)
             out.append(ImexNode(h, address, clique, s.name))
     owners: dict[str, list[Hostname]] = defaultdict(list)
@@ -242,9 +245,7 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
                                 racks=tuple(racks)))
         out = [n if n.address not in shared else replace(n, address=n.host) for n in out]
     if by_name:
-        diags.append(Diagnostic(WARNING, "imex-address-missing", f"{len(by_name)} trays report no address in "
-                                f"{network}; their IMEX address is their host name: {hostlist.compress(by_name)}",
-                                "targets.slurm.imex.network", hardware=True))
+        diags.append(addressing.missing(by_name, addresses))
     out.sort(key=lambda n: hostlist.natural_key(n.host))
     return out
 
@@ -265,15 +266,6 @@ def _check_held_sizes(intent: Intent, layout: Layout, diags: list[Diagnostic]) -
                                     f"{sizes.get(held.rack)}-tray slices and BlockSizes is one setting for the whole "
                                     "cluster: the rack cannot be held; fix what holds it, or keep its slicing until "
                                     "then", held.rack))
-
-
-def _in_network(address: str, network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
-    """Whether ``address`` is a plain (unscoped) IP inside ``network``; anything else is not."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return "%" not in address and ip.version == network.version and ip in network
 
 
 def _check_imex_span(partitions: list[Partition], imex_nodes: list[ImexNode], diags: list[Diagnostic]) -> None:

@@ -181,7 +181,7 @@ def test_publishing_a_report_to_a_server_quoting_the_bare_token_never_prints_it(
 
     from reconciler.inventory import nvml
 
-    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None: nr.node(hostname, "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"))
+    monkeypatch.setattr(nvml, "collect_node_report", lambda hostname=None, interfaces=None: nr.node(hostname, "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"))
     server, url = serve(Echo)
     try:
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path, url)))
