@@ -22,10 +22,11 @@ from typing import Any, cast
 
 from reconciler.errors import InputError
 from reconciler.inventory import smi_fields as fields
+from reconciler.inventory.smi_fields import NoCaptureData
 from reconciler.inventory.smi_lost import error_words, lost_line
 from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
 
-__all__ = ["NoCaptureData", "parse_nvidia_smi_text"]
+__all__ = ["parse_nvidia_smi_text"]
 
 # nvidia-smi never prints control characters; they mean binary junk or a broken capture.
 _JUNK_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
@@ -33,10 +34,6 @@ _SECTION_NAMES = {"fabric": "Fabric", "health": "Fabric.Health", "platform": "Pl
 _ROW_LABELS = {"fabric": tuple(fields.FABRIC_ROWS),
                "health": ("summary", *fields.HEALTH_BITS),
                "platform": tuple(fields.PLATFORM_ROWS)}
-
-
-class NoCaptureData(InputError):
-    """The text holds no GPU, Fabric or Platform Info section: not an ``nvidia-smi -q`` capture."""
 
 
 class _Gpu:
@@ -180,11 +177,11 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
                                 new_gpu())
                 if gpu.uuid is not ...:
                     raise fail("duplicate row", lineno, field)
-                words = error_words(value)  # the GPU answered with an error instead
-                if value != "N/A" and words is None and not fields.GPU_UUID_RE.fullmatch(value):
+                answered = error_words(value)  # the GPU answered with an error instead
+                if value != "N/A" and answered is None and not fields.GPU_UUID_RE.fullmatch(value):
                     raise fail(f"expected GPU-<uuid> or N/A, got {value!r}", lineno, field)
-                gpu.uuid = value if value != "N/A" and words is None else None
-                gpu.error = words
+                gpu.uuid = value if value != "N/A" and answered is None else None
+                gpu.error = answered
             continue
         if kind not in ("fabric", "health", "platform"):
             continue

@@ -21,8 +21,15 @@ import re
 from datetime import datetime, timezone
 from typing import Callable
 
+from reconciler.errors import InputError
+
 __all__ = ["FABRIC_ROWS", "GPU_UUID_RE", "HEALTH_BITS", "PCI_RE", "PLATFORM_ROWS", "SUMMARY_ROW",
-           "collected_at", "health_code", "health_mask", "row_label"]
+           "NoCaptureData", "collected_at", "health_code", "health_mask", "row_label"]
+
+
+class NoCaptureData(InputError):
+    """The file holds nothing either parser reads: no GPU, Fabric or Platform Info section (text),
+    or XML whose root is not ``<nvidia_smi_log>``. ``smi_capture`` says so naming both formats."""
 
 _UINT32_MAX = 2**32 - 1
 _UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
