@@ -11,25 +11,27 @@ How nvidia-smi shows such a GPU (sources):
   (NVIDIA/nvidia-container-toolkit#69), ``GPU1: 0000:34:00.0`` (index, then bus id: a 610.57.04
   session log), ``gpu 0000:01:00.0`` (NVIDIA/open-gpu-kernel-modules#246). ``<words>`` is
   nvmlErrorString's (``Unknown Error``, ``Not Found``) or nvidia-smi's own longer text for some
-  errors: ``GPU is lost.  Reboot the system to recover this GPU`` (the same binaries;
-  JosephKJ/OWOD#81 shows it printed), ``A GPU reset must occur before this GPU can be used
-  again.``. ``nvidia-smi -a -i 0`` prints only that line for a lost GPU 0
+  errors, next to that format string in the same binaries: ``GPU is lost.  Reboot the system to
+  recover this GPU`` (JosephKJ/OWOD#81 shows it printed), ``A GPU reset must occur before this
+  GPU can be used again.``. ``nvidia-smi -a -i 0`` prints only that line for a lost GPU 0
   (NVIDIA/nvidia-docker#1553). Windows' nvidia-smi says ``detect`` for ``determine``
   (jamesstringer90/Easy-GPU-PV#276).
-- ``-q -x`` has no element for such a GPU: the DTD's ``<gpu>`` requires its ``id`` and every
-  child, and the only error element is the log's optional ``<error_string>``
-  (``nvsmi_device_v12.dtd`` in the same binaries; tests/data/nvidia-smi-xml/). The line is
-  printed outside the XML document, so it is looked for around and between the log's elements.
+- ``-q -x`` has no element for such a GPU: the DTD's ``<gpu>`` has a required ``id`` and a fixed
+  list of children, none for an error, and the log's only error element is an optional
+  ``<error_string>`` (``nvsmi_device_v11/v12.dtd`` in the same binaries; tests/data/nvidia-smi-xml/).
+  No public capture shows where ``-q -x`` puts the line (on stderr, before or after the
+  document); it can only be outside the elements, so it is looked for before, after and between
+  the log's elements.
 - A section whose identity field prints an NVML error instead of a value (``GPU UUID : Unknown
   Error``, ``<uuid>Unknown Error</uuid>``) is a GPU that is listed but does not answer either.
 
-``Attached GPUs`` / ``<attached_gpus>`` is nvmlDeviceGetCount: it counts a lost GPU (nvidia-smi
-numbers the GPUs it lists after it, e.g. 0, 2, 3 around a lost GPU1 in the 610.57.04 log), but it
+``Attached GPUs`` / ``<attached_gpus>`` is the device count, which includes a lost GPU (in the
+610.57.04 log the ``nvidia-smi`` table lists GPUs 0, 2 and 3 beside the line for GPU1), but it
 is also printed whole when the capture asks for one GPU: ``nvidia-smi -q -i 0`` of an 8-GPU H800
-prints ``Attached GPUs : 8`` and one GPU section (a public nvidia-smi guide). So a capture listing
-fewer GPUs than that count is not evidence that the others are lost, and no entries are made up
-for the difference: a GPU without its line or section is simply not in the report, and the
-GPU-count check (the intent's GPUs per tray) finds it missing there.
+(525.105.17) prints ``Attached GPUs : 8`` and one GPU section (a public nvidia-smi guide). So a
+capture listing fewer GPUs than that count is not evidence that the others are lost, and no
+entries are made up for the difference (decided so): a GPU with neither its line nor its section
+is simply not in the report, which is what a GPU count against the tray's GPUs looks for.
 """
 
 from __future__ import annotations
