@@ -1,4 +1,5 @@
-"""``rackctl inventory``: captured ``nvidia-smi -q`` text (or Kubernetes Node objects) -> NodeReports."""
+"""``rackctl inventory``: captured ``nvidia-smi -q`` text or ``nvidia-smi -q -x`` XML (or Kubernetes Node
+objects) -> NodeReports."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from reconciler.cli.command import Command, MakeSub, Subparsers
 from reconciler.errors import InputError
 from reconciler.guard.untrusted import shown
 from reconciler.inventory import labels
-from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
+from reconciler.inventory.smi_capture import parse_capture
 from reconciler.inventory.store import check_node
 from reconciler.text.yamlsource import display_path, read_text
 from reconciler.views import progress
@@ -39,8 +40,8 @@ def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     """Register the command on the top-level subparsers ``sub`` (``make_sub``: ``cli.main``'s
     sub-parser factory)."""
     i = make_sub(sub, "inventory")
-    i.add_argument("captures", nargs="*", metavar="CAPTURE", help="one file per host; host name = file name "
-                   "without .txt/.log")
+    i.add_argument("captures", nargs="*", metavar="CAPTURE", help="one file per host: `nvidia-smi -q` "
+                   "text or `nvidia-smi -q -x` XML (told by content); host name = file name without .txt/.log/.xml")
     i.add_argument("--from-nodes", metavar="NODES", help="instead: Kubernetes Node objects (a NodeList, "
                    "`kubectl get nodes -o yaml|json`, or one Node) -> NodeReports from their labels")
     out = i.add_mutually_exclusive_group(required=True)
@@ -73,7 +74,7 @@ def run(options: Options) -> int:
                 raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
             seen[host] = cap
             text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
-            node = parse_nvidia_smi_text(text, hostname=host, source_name=display_path(path))
+            node = parse_capture(text, hostname=host, source_name=display_path(path))
             check_node(node, file=cap, place=cap)
             nodes.append(node)
     written = collectcmd.write_reports(nodes, options.out, options.out_dir)
@@ -82,7 +83,7 @@ def run(options: Options) -> int:
 
 
 def _host_from_name(name: str) -> str:
-    for suffix in (".txt", ".log"):
+    for suffix in (".txt", ".log", ".xml"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name

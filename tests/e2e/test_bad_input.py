@@ -309,8 +309,14 @@ def test_an_inventory_path_that_does_not_exist(site):
 
 CAPTURE_CASES = {
     "no-known-section": ("Hello from a login banner\nKernel : 6.8.0\n",
-                         ["gb-x-n01.txt: no GPU, Fabric or Platform Info section found; expected `nvidia-smi -q` "
-                          "output or a fragment of it"]),
+                         ["gb-x-n01.txt: not a capture: no GPU, Fabric or Platform Info section and no "
+                          "<nvidia_smi_log> found; expected `nvidia-smi -q` text or `nvidia-smi -q -x` XML"]),
+    "xml-of-another-kind": ('<?xml version="1.0"?>\n<html><body/></html>\n',
+                            ["gb-x-n01.txt:2: not a capture: the XML's root element is <html>, not <nvidia_smi_log>; "
+                             "expected `nvidia-smi -q` text or `nvidia-smi -q -x` XML"]),
+    "xml-with-an-entity": ('<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [\n<!ENTITY x SYSTEM "file:///etc/shadow">\n]>\n'
+                           '<nvidia_smi_log>&x;</nvidia_smi_log>\n',
+                           ["gb-x-n01.txt:3: entity declaration <!ENTITY x> refused (entities are never expanded)"]),
     "cliqueid-not-a-number": (GOOD_CAPTURE.replace("CliqueId                               : 2",
                                                    "CliqueId                               : abc"),
                               ["gb-x-n01.txt:5: Fabric.CliqueId: expected an unsigned 32-bit decimal integer or N/A, "

@@ -1,5 +1,6 @@
 """Security properties that hold for the code as a whole (issue 8, part 7): YAML is only ever
-read with a safe loader, and every template renders with ``StrictUndefined``."""
+read with a safe loader, XML only through ``text/xmlsource.py`` (defusedxml), and every template
+renders with ``StrictUndefined``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,36 @@ def test_no_module_reads_yaml_with_an_unsafe_loader(source):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml":
             assert node.attr not in ("Loader", "FullLoader", "UnsafeLoader", "CLoader", "CFullLoader",
                                      "CUnsafeLoader"), f"line {node.lineno}: yaml.{node.attr}"
+
+
+#: Modules that parse XML; only xmlsource may import them (it does so through defusedxml).
+XML_PARSERS = ("xml.etree", "xml.dom", "xml.sax", "xml.parsers", "lxml", "pyexpat", "defusedxml")
+
+
+def _xml_imports(tree: ast.AST):
+    """Every import of an XML parser in ``tree`` as text (``from M import N`` or ``import M``),
+    but ``from xml.etree.ElementTree import Element``: the type alone parses nothing."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (f"import {a.name}" for a in node.names if a.name.startswith(XML_PARSERS))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(XML_PARSERS):
+            yield from (f"from {node.module} import {a.name}" for a in node.names
+                        if (node.module, a.name) != ("xml.etree.ElementTree", "Element"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_xml_is_parsed_only_by_xmlsource(source):
+    found = list(_xml_imports(ast.parse(source.read_text(encoding="utf-8"), str(source))))
+    if source == PACKAGE / "text" / "xmlsource.py":
+        assert "from defusedxml.ElementTree import DefusedXMLParser" in found
+    else:
+        assert found == []
+
+
+def test_an_xml_import_is_seen():
+    tree = ast.parse("import xml.etree.ElementTree as ET\nfrom xml.etree.ElementTree import Element, fromstring\n")
+    assert list(_xml_imports(tree)) == ["import xml.etree.ElementTree",
+                                        "from xml.etree.ElementTree import fromstring"]
 
 
 def test_the_intent_loaders_are_safe_loaders():
