@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import nodereports as nr
 import pytest
+from clihelp import TESTS
 
 from reconciler.fabric.model import Finding, build_fabric, is_attached
+from reconciler.inventory.smi_capture import parse_capture
 
 U1 = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 U2 = "dc6e40c4-d722-4357-9ba6-5291dd461278"
@@ -175,3 +177,18 @@ def test_fixture_unhealthy_capture_drains(fixtures_dir):
     t = build_fabric([node]).trays["gb-n01"]
     assert t.clique_key == "dc6e40c4-d722-4357-9ba6-5291dd461278.2"
     assert [f.cause for f in t.drain_causes()] == ["unhealthy"]
+
+
+@pytest.mark.parametrize("suffix", ["txt", "xml"])
+def test_gpus_lost_in_either_capture_format_are_counted_missing(suffix):
+    """The synthetic GB200 tray (tests/data/nvidia-smi-xml): one GPU nvidia-smi could not open,
+    one answering ``Unknown Error`` for its UUID; the same count from the text and the XML form."""
+    path = TESTS / "data" / "nvidia-smi-xml" / f"synthetic-gb200-tray-lost-gpu.{suffix}"
+    report = parse_capture(path.read_text(), hostname="t1", source_name=path.name)
+    tray = build_fabric([report]).trays["t1"]
+    assert (tray.answering, tray.lost) == (2, ("GPU 00000000:9C:00.0: GPU is lost",
+                                               "GPU 00000000:B2:00.0: Unknown Error"))
+    missing = [f for f in tray.health(4) if f.cause == "gpu-missing"]
+    assert [(f.detail, f.reason) for f in missing] == [
+        ("2 of 4 GPUs answer; GPU 00000000:9C:00.0: GPU is lost, GPU 00000000:B2:00.0: Unknown Error",
+         "gpu-missing (2 of 4 GPUs answer)")]
