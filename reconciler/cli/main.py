@@ -28,7 +28,7 @@ EXIT_OK, EXIT_ERROR = 0, 1
 #: one line of help). A module may hold several (``view``: ``report`` and ``status``).
 COMMANDS = {
     "validate": ("validate", 'check an intent without discovery (schema, names, references, slicing)'),
-    "inventory": ("inventory", 'convert captured `nvidia-smi -q` text into NodeReports'),
+    "inventory": ("inventory", 'convert captured `nvidia-smi -q` text or `nvidia-smi -q -x` XML into NodeReports'),
     "discover": ("discover", "read this host's GPUs (NVML) and interfaces (rtnetlink) and print its NodeReport (the node agent)"),
     "simulate": ("simulate", 'write a seeded, deterministic NVL72 fleet inventory (with injected faults)'),
     "collect": ("collect", 'run the node agent on every node and gather the NodeReports'),
