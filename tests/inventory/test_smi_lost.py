@@ -143,3 +143,14 @@ def test_xml_lost_gpu_named_twice_is_refused():
     capture = LOST_0B + "\n" + HEAD + '\t<gpu id="0000:0B:00.0"/>\n</nvidia_smi_log>\n'
     with pytest.raises(Exception, match=r"^cap\.xml:5: gpu id: GPU 0000:0B:00\.0 appears twice$"):
         xml(capture)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("tail", ["x", "1", "1: x"])
+def test_a_long_run_of_blanks_is_read_in_linear_time(tail):
+    # Break-it: the pattern had two runs of \s* side by side around the optional GPU id, so a
+    # hostile capture line of 2,000,000 blanks backtracked for hours (quadratic); now one pass.
+    line = "Unable to determine the device handle for GPU" + " " * 2_000_000 + tail
+    assert lost_line(line) == ((None, "x") if tail == "1: x" else None)
+    capture = f"GPU 00000000:29:00.0\n    GPU UUID : {GOOD_UUID}\n{line}\n"
+    assert len(text(capture)) == (2 if tail == "1: x" else 1)
