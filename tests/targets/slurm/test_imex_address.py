@@ -157,4 +157,32 @@ def test_an_address_on_two_interfaces_is_carried_with_each():
     assert carried == (HostAddress("127.0.0.1", "lo", "loopback"), HostAddress("10.5.0.1", "lo", "loopback"),
                        HostAddress("10.5.0.1", "bond0", "physical"), HostAddress("10.6.0.1"))
     assert ImexAddressing(NET).choose(carried) == "10.5.0.1"  # on bond0: the loopback copy is skipped
-    assert ImexAddressing(None, "lo").choose(carried) == "127.0.0.1"
+    assert ImexAddressing(None, "lo").choose(carried) == "10.5.0.1"  # lo named: never its 127.0.0.1
+
+
+@pytest.mark.parametrize("addresses, chosen", [
+    (["127.0.0.1", "::1"], None),                      # loopback addresses reach no other tray
+    (["gb-r01-n02", "10.1.0.9"], "10.1.0.9"),          # a host name in a report is no address
+    (["10.1.0.9 gb-r01-n02", "x;reboot"], None),
+    (["fe80::1%bond0", "fd00::9"], "fd00::9"),         # scoped
+])
+def test_only_a_plain_ip_address_that_is_not_loopback_is_chosen(addresses, chosen):
+    # Break-it: a named interface took its first address as reported, whatever its text: an
+    # untrusted report's host name (another tray's) passed the scripts' check and misdirected the
+    # IMEX peers; 127.0.0.1 on a named lo was chosen over the routed address beside it.
+    named = [HostAddress(a, "bond0", "physical") for a in addresses]
+    assert ImexAddressing(None, "bond0").choose(named) == chosen
+    everywhere = ipaddress.ip_network("::/0" if chosen and ":" in chosen else "0.0.0.0/0")
+    assert ImexAddressing(everywhere).choose(named) == chosen
+
+
+def test_a_named_interface_without_a_usable_address_says_so(plan):
+    nodes = [flannel_tray(h, n) for n, h in enumerate(HOSTS, 1)]
+    nodes[0]["interfaces"][0]["addresses"] = ["gb-r01-n02"]
+    nodes[1]["interfaces"][0]["addresses"] = ["127.0.0.1"]
+    addresses, diags = plan("{interface: bond0}", nodes)
+    assert addresses == {"gb-r01-n01": "gb-r01-n01", "gb-r01-n02": "gb-r01-n02",
+                         "gb-r01-n03": "10.1.0.3", "gb-r01-n04": "10.1.0.4"}
+    assert diags == [("imex-address-missing", "targets.slurm.imex.interface",
+                      "2 trays report no address on interface bond0 that IMEX may use; their IMEX address is "
+                      "their host name (gb-r01-n[01-02]: bond0 has no IP address that is not a loopback one)")]
