@@ -77,7 +77,8 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
     Raises NoCaptureData (an InputError naming source_name) when no GPU, Fabric or Platform Info
     section (nor an ``Unable to determine the device handle`` line) is found; InputError
     (file=source_name, line, field) when a row inside one of them is garbled (bad value,
-    duplicate row, missing ``' : '``, control characters), or a Fabric section has no State row.
+    duplicate row, missing ``' : '``, control characters), a Fabric section has no State row, or
+    an XML document's first line (``smi_fields.XML_STARTS``) follows text: two formats in one file.
     """
     def fail(message: str, lineno: int | None, field: str | None = None) -> InputError:
         return InputError(message, file=source_name, line=lineno, field=field)
@@ -122,6 +123,9 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
         if junk:
             raise fail(f"unexpected control character U+{ord(junk.group()):04X} (binary data?); "
                        "expected `nvidia-smi -q` text", lineno, fields.JUNK_RE.sub("?", field))
+        if body.startswith(fields.XML_STARTS):  # `nvidia-smi -q; nvidia-smi -q -x` in one file
+            raise fail("an `nvidia-smi -q -x` XML document inside `nvidia-smi -q` text, whose GPUs would be "
+                       "skipped; expected one capture format a file", lineno)
         key = label.casefold()
         lost = lost_line(body)
         if lost is not None:  # ---- a GPU nvidia-smi could not open: listed, with its error

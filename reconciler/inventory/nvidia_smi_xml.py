@@ -64,7 +64,7 @@ def is_nvidia_smi_xml(text: str) -> bool:
     """True when ``text`` is XML by content: its first line that is not blank (nor nvidia-smi's
     lost-GPU line, which it prints outside the XML) starts an XML declaration, a DOCTYPE or
     ``<nvidia_smi_log``."""
-    return _first_content(text)[1].startswith(("<?xml", "<!DOCTYPE", "<" + _ROOT))
+    return _first_content(text)[1].startswith(fields.XML_STARTS)
 
 
 def _outside_lines(part: str, first_line: int, fail: Callable[[str, int], InputError],

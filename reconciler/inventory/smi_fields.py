@@ -24,7 +24,7 @@ from typing import Callable
 from reconciler.errors import InputError
 
 __all__ = ["FABRIC_ROWS", "GPU_UUID_RE", "HEALTH_BITS", "JUNK_RE", "PCI_RE", "PLATFORM_ROWS", "SUMMARY_ROW",
-           "NoCaptureData", "collected_at", "health_code", "health_mask", "pci_key", "row_label"]
+           "XML_STARTS", "NoCaptureData", "collected_at", "health_code", "health_mask", "pci_key", "row_label"]
 
 
 class NoCaptureData(InputError):
@@ -41,6 +41,11 @@ PCI_RE = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 #: either form: they mean binary junk or a broken capture (XML carries C1 and character
 #: references to them as text, so the XML parser looks for them in what it reads too).
 JUNK_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
+
+
+#: How the first line of an ``nvidia-smi -q -x`` document starts (an XML declaration, the
+#: DOCTYPE, the root element): never a line of ``nvidia-smi -q`` text.
+XML_STARTS = ("<?xml", "<!DOCTYPE", "<nvidia_smi_log")
 
 
 def pci_key(pci: str) -> str:
