@@ -55,11 +55,12 @@ class ImexAddressing:
         return self.network is None and self.interface is None
 
     def choose(self, addresses: Sequence[HostAddress]) -> str | None:
-        """The tray's IMEX address among ``addresses`` (see the module), or None: none is
-        eligible, or ``by_name``."""
+        """The tray's IMEX address among ``addresses`` (see the module) in its canonical text
+        (``fd00::17``, however the report writes it: shared addresses are told apart as text), or
+        None: none is eligible, or ``by_name``."""
         if self.by_name:
             return None
-        return next((a.address for a in addresses if self._eligible(a)), None)
+        return next((str(ipaddress.ip_address(a.address)) for a in addresses if self._eligible(a)), None)
 
     def _eligible(self, a: HostAddress) -> bool:
         if not _usable(a.address):
