@@ -134,8 +134,11 @@ def _tray(node: NodeReport) -> Tray:
     chassis = _majority(p.get("chassisSerial") for p in platforms)
     tray_index = _majority(p.get("trayIndex") for p in platforms)
 
+    counted = node.get("gpusCounted", True)
     if not listed:
         findings.append(Finding("fabric-incomplete", "no GPU reported"))
+    elif not gpus and not counted:  # no count for gpu-missing to weigh them against
+        findings.append(Finding("fabric-incomplete", f"no GPU answers ({len(listed)} listed with an error)"))
     for g in gpus:
         findings.extend(_gpu_findings(g))
     if len(uuids) > 1 or len(cliques) > 1:
@@ -145,7 +148,7 @@ def _tray(node: NodeReport) -> Tray:
     unique = list(dict.fromkeys(findings))
     return Tray(
         hostname=Hostname(node["hostname"]),
-        answering=len(gpus) if node.get("gpusCounted", True) else None,
+        answering=len(gpus) if counted else None,
         lost=tuple(f"GPU {g.get('pciBusId') or g['index']}: {g.get('error')}" for g in listed if g.get("error")),
         cluster_uuid=ClusterUUID(_majority(uuid_list)) if uuid_list else None,
         clique_id=_majority(clique_list),

@@ -16,7 +16,6 @@ follows schemas/node-report.schema.json: a missing row is omitted, ``N/A`` becom
 
 from __future__ import annotations
 
-import re
 from types import EllipsisType
 from typing import Any, cast
 
@@ -28,8 +27,6 @@ from reconciler.nodereport import Gpu, GpuFabric, GpuPlatform, NodeReport
 
 __all__ = ["parse_nvidia_smi_text"]
 
-# nvidia-smi never prints control characters; they mean binary junk or a broken capture.
-_JUNK_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
 _SECTION_NAMES = {"fabric": "Fabric", "health": "Fabric.Health", "platform": "Platform Info"}
 _ROW_LABELS = {"fabric": tuple(fields.FABRIC_ROWS),
                "health": ("summary", *fields.HEALTH_BITS),
@@ -80,7 +77,8 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
     Raises NoCaptureData (an InputError naming source_name) when no GPU, Fabric or Platform Info
     section (nor an ``Unable to determine the device handle`` line) is found; InputError
     (file=source_name, line, field) when a row inside one of them is garbled (bad value,
-    duplicate row, missing ``' : '``, control characters), or a Fabric section has no State row.
+    duplicate row, missing ``' : '``, control characters), a Fabric section has no State row, or
+    an XML document's first line (``smi_fields.XML_STARTS``) follows text: two formats in one file.
     """
     def fail(message: str, lineno: int | None, field: str | None = None) -> InputError:
         return InputError(message, file=source_name, line=lineno, field=field)
@@ -121,18 +119,21 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
         else:
             label, value = body, None  # a section header
         field = (_SECTION_NAMES[kind] + "." if kind in _SECTION_NAMES else "") + label
-        junk = _JUNK_RE.search(body)
+        junk = fields.JUNK_RE.search(body)
         if junk:
             raise fail(f"unexpected control character U+{ord(junk.group()):04X} (binary data?); "
-                       "expected `nvidia-smi -q` text", lineno, _JUNK_RE.sub("?", field))
+                       "expected `nvidia-smi -q` text", lineno, fields.JUNK_RE.sub("?", field))
+        if body.startswith(fields.XML_STARTS):  # `nvidia-smi -q; nvidia-smi -q -x` in one file
+            raise fail("an `nvidia-smi -q -x` XML document inside `nvidia-smi -q` text, whose GPUs would be "
+                       "skipped; expected one capture format a file", lineno)
         key = label.casefold()
         lost = lost_line(body)
         if lost is not None:  # ---- a GPU nvidia-smi could not open: listed, with its error
             pci, words = lost
             if pci is not None:
-                if pci in seen_pci:
+                if fields.pci_key(pci) in seen_pci:
                     raise fail(f"GPU {pci} appears twice", lineno, "GPU")
-                seen_pci.add(pci)
+                seen_pci.add(fields.pci_key(pci))
             gpus.append(_Gpu(len(gpus), pci, words))
             current = None  # what follows is another GPU's
             continue
@@ -143,9 +144,9 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
                 if not fields.PCI_RE.fullmatch(pci):
                     raise fail(f"expected a PCI bus id like 00000000:83:00.0, got {pci!r}",
                                lineno, "GPU")
-                if pci in seen_pci:
+                if fields.pci_key(pci) in seen_pci:
                     raise fail(f"GPU {pci} appears twice", lineno, "GPU")
-                seen_pci.add(pci)
+                seen_pci.add(fields.pci_key(pci))
                 stack.append((indent, "gpu", new_gpu(pci)))
             elif key in ("fabric", "platform info") and kind in (None, "gpu"):
                 attr = "fabric" if key == "fabric" else "platform"

@@ -64,7 +64,7 @@ def is_nvidia_smi_xml(text: str) -> bool:
     """True when ``text`` is XML by content: its first line that is not blank (nor nvidia-smi's
     lost-GPU line, which it prints outside the XML) starts an XML declaration, a DOCTYPE or
     ``<nvidia_smi_log``."""
-    return _first_content(text)[1].startswith(("<?xml", "<!DOCTYPE", "<" + _ROOT))
+    return _first_content(text)[1].startswith(fields.XML_STARTS)
 
 
 def _outside_lines(part: str, first_line: int, fail: Callable[[str, int], InputError],
@@ -73,6 +73,9 @@ def _outside_lines(part: str, first_line: int, fail: Callable[[str, int], InputE
     found = []
     for number, line in enumerate(part.split("\n"), first_line):
         if line.strip():
+            junk = _junk(line)
+            if junk:
+                raise fail(junk, number)
             lost = lost_line(line)
             if lost is None:
                 raise fail(f"unexpected text {where} the XML document; expected only "
@@ -81,11 +84,21 @@ def _outside_lines(part: str, first_line: int, fail: Callable[[str, int], InputE
     return found
 
 
+def _junk(text: str) -> str | None:
+    """The refusal of ``text`` holding a control character (``smi_fields.JUNK_RE``), else None."""
+    junk = fields.JUNK_RE.search(text)
+    return None if junk is None else (f"unexpected control character U+{ord(junk.group()):04X} (binary "
+                                      "data?); expected nvidia-smi's XML")
+
+
 def _value(elem: Element, fail: Fail, field: str) -> str | None:
-    """An element's text: None for ``N/A``; refused when empty."""
+    """An element's text: None for ``N/A``; refused when empty or holding a control character."""
     value = (elem.text or "").strip()
     if not value:
         raise fail("empty value; expected a value or N/A", elem, field)
+    junk = _junk(value)
+    if junk:
+        raise fail(junk, elem, field)
     return None if value == "N/A" else value
 
 
@@ -141,9 +154,9 @@ def _gpu(elem: Element, index: int, fail: Fail, seen_pci: set[str]) -> Gpu:
     pci = elem.get("id", "").strip()
     if not fields.PCI_RE.fullmatch(pci):
         raise fail(f"expected a PCI bus id like 00000000:83:00.0, got {pci!r}", elem, "gpu id")
-    if pci in seen_pci:
+    if fields.pci_key(pci) in seen_pci:
         raise fail(f"GPU {pci} appears twice", elem, "gpu id")
-    seen_pci.add(pci)
+    seen_pci.add(fields.pci_key(pci))
     gpu: Gpu = {"index": index}
     for name in ("uuid", "fabric", "platformInfo"):
         found = elem.findall(name)
@@ -212,28 +225,31 @@ def parse_nvidia_smi_xml(text: str, *, hostname: str, source_name: str) -> NodeR
     def add_lost(found: list[tuple[str | None, str]], where: Element | None) -> None:
         for pci, words in found:
             if pci is not None:
-                if pci in seen_pci:
+                if fields.pci_key(pci) in seen_pci:
                     raise fail(f"GPU {pci} appears twice", where, "gpu id")
-                seen_pci.add(pci)
+                seen_pci.add(fields.pci_key(pci))
             gpu: Gpu = {"index": len(gpus)}
             if pci is not None:
                 gpu["pciBusId"] = pci
             gpu["error"] = words
             gpus.append(gpu)
 
-    def lost_in(between: str | None) -> list[tuple[str | None, str]]:
-        found = (lost_line(line) for line in (between or "").split("\n"))
-        return [lost for lost in found if lost is not None]
+    def lost_in(between: str | None, where: Element) -> list[tuple[str | None, str]]:
+        found = [lost for line in (between or "").split("\n") if (lost := lost_line(line)) is not None]
+        junk = next(filter(None, (_junk(words) for _, words in found)), None)
+        if junk:
+            raise fail(junk, where, "gpu id")
+        return found
 
     add_lost(before, None)
-    add_lost(lost_in(root.text), root)
+    add_lost(lost_in(root.text, root), root)
     collected_at = None
     for child in root:
         if child.tag == "timestamp" and child.text:
             collected_at = fields.collected_at(child.text.strip())
         elif child.tag == "gpu":
             gpus.append(_gpu(child, len(gpus), fail, seen_pci))
-        add_lost(lost_in(child.tail), child)
+        add_lost(lost_in(child.tail, child), child)
     add_lost(after, None)
     if not gpus:
         attached = root.findtext("attached_gpus", "").strip() or "none"

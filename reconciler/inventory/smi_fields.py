@@ -23,8 +23,8 @@ from typing import Callable
 
 from reconciler.errors import InputError
 
-__all__ = ["FABRIC_ROWS", "GPU_UUID_RE", "HEALTH_BITS", "PCI_RE", "PLATFORM_ROWS", "SUMMARY_ROW",
-           "NoCaptureData", "collected_at", "health_code", "health_mask", "row_label"]
+__all__ = ["FABRIC_ROWS", "GPU_UUID_RE", "HEALTH_BITS", "JUNK_RE", "PCI_RE", "PLATFORM_ROWS", "SUMMARY_ROW",
+           "XML_STARTS", "NoCaptureData", "collected_at", "health_code", "health_mask", "pci_key", "row_label"]
 
 
 class NoCaptureData(InputError):
@@ -37,6 +37,23 @@ _UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]
 GPU_UUID_RE = re.compile(r"(?:GPU|MIG)-" + _UUID_RE.pattern)
 #: A PCI bus id as nvidia-smi prints it: ``00000000:83:00.0`` (a 4-digit domain in older lines).
 PCI_RE = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+#: nvidia-smi never prints control characters (C0 but tab and newline, DEL, C1) nor U+FFFD, in
+#: either form: they mean binary junk or a broken capture (XML carries C1 and character
+#: references to them as text, so the XML parser looks for them in what it reads too).
+JUNK_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
+
+
+#: How the first line of an ``nvidia-smi -q -x`` document starts (an XML declaration, the
+#: DOCTYPE, the root element): never a line of ``nvidia-smi -q`` text.
+XML_STARTS = ("<?xml", "<!DOCTYPE", "<nvidia_smi_log")
+
+
+def pci_key(pci: str) -> str:
+    """One GPU's key of a PCI bus id (``PCI_RE``), however it is printed: a lost-GPU line's
+    4-digit domain or a section's 8 digits, hex in either case (``0000:0b:00.0`` is
+    ``00000000:0B:00.0``)."""
+    domain, rest = pci.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
 
 _STATES = {w.casefold(): w for w in ("Not Supported", "Not Started", "In Progress", "Completed")}
 _SUMMARIES = {w.casefold(): w

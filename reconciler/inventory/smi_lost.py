@@ -43,9 +43,11 @@ from reconciler.inventory.smi_fields import PCI_RE
 __all__ = ["error_words", "lost_line"]
 
 # GPU<id>: <index>: <bus id>, <bus id> or <index> (not the start of a bus id), then ": <words>".
+# The blanks before <id> belong to the optional group: two runs of \s* side by side would
+# backtrack over each other, quadratic in a long run of blanks (a capture is untrusted).
 _LOST_LINE_RE = re.compile(
-    r"Unable to (?:determine|detect) the device handle for GPU\s*"
-    rf"(?:(?:\d+:\s*)?(?P<pci>{PCI_RE.pattern})|\d+(?!\d|:[0-9A-Fa-f]{{2}}:))?"
+    r"Unable to (?:determine|detect) the device handle for GPU"
+    rf"(?:\s*(?:(?:\d+:\s*)?(?P<pci>{PCI_RE.pattern})|\d+(?!\d|:[0-9A-Fa-f]{{2}}:)))?"
     r"\s*:\s*(?P<words>\S.*)", re.IGNORECASE)
 #: nvmlErrorString's words for a GPU that is gone or must be reset (GPU is lost, Unknown Error,
 #: GPU requires restart) and nvidia-smi's own first sentences for them: what an identity field

@@ -109,6 +109,17 @@ def test_no_gpu_and_no_fabric_info():
     assert (bare.answering, bare.cluster_uuid) == (2, None)
 
 
+def test_an_uncounted_tray_on_which_no_gpu_answers_is_fabric_incomplete():
+    # Break-it: gpusCounted false (no count to check gpu-missing against) with every GPU listed
+    # lost gave a tray without a single finding: healthy, its lost GPUs nowhere shown.
+    lost = [{"index": i, "error": "GPU is lost"} for i in range(2)]
+    uncounted = build_fabric([{"hostname": "n01", "gpus": lost, "gpusCounted": False}]).trays["n01"]
+    assert causes(uncounted) == [("fabric-incomplete", "no GPU answers (2 listed with an error)", True)]
+    assert uncounted.answering is None and uncounted.health(4) == uncounted.findings
+    counted = build_fabric([{"hostname": "n02", "gpus": lost}]).trays["n02"]
+    assert causes(counted) == [] and [f.reason for f in counted.health(4)] == ["gpu-missing (0 of 4 GPUs answer)"]
+
+
 def test_four_gpus_failing_alike_are_one_finding():
     t = tray(fabric_overrides=nr.UNHEALTHY)
     assert t.findings == [Finding("unhealthy", "fabric health summary Unhealthy")]

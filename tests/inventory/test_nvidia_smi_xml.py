@@ -206,6 +206,7 @@ def test_blank_lines_before_the_document_keep_line_numbers():
 # ---------------------------------------------------------------- garbled inputs
 
 FABRIC = "\t\t<fabric>\n\t\t\t<state>Completed</state>\n"  # lines 5-6 inside gpu()
+CONTROL = "unexpected control character U+%s (binary data?); expected nvidia-smi's XML"
 
 
 @pytest.mark.parametrize("text,line,field,message", [
@@ -233,6 +234,13 @@ FABRIC = "\t\t<fabric>\n\t\t\t<state>Completed</state>\n"  # lines 5-6 inside gp
     (log(gpu("00000000:ZZ:00.0")), 4, "gpu id",
      "expected a PCI bus id like 00000000:83:00.0, got '00000000:ZZ:00.0'"),
     (log(gpu(), gpu()), 6, "gpu id", "GPU 00000000:29:00.0 appears twice"),
+    # break-it: one GPU however its bus id is printed (domain digits, hex case)
+    (log(gpu("00000000:9c:00.0"), gpu("0000:9C:00.0")), 6, "gpu id", "GPU 0000:9C:00.0 appears twice"),
+    # break-it: XML carries C1 controls and references to them as text; the text form refuses them
+    (log(gpu(body="\t\t<platformInfo><chassis_serial_number>17\x9b2J</chassis_serial_number></platformInfo>\n")),
+     5, "platformInfo.chassis_serial_number", CONTROL % "009B"),
+    (log(gpu(body="\t\t<fabric><state>Completed</state><status>o&#x85;k</status></fabric>\n")), 5,
+     "fabric.status", CONTROL % "0085"),
 ])
 def test_garbled_input(text, line, field, message):
     with pytest.raises(InputError) as info:

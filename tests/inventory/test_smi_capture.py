@@ -44,6 +44,21 @@ def test_a_file_of_neither_format_names_both(text, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("start", ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">',
+                                   "<nvidia_smi_log>"])
+def test_text_then_xml_in_one_file_is_refused(start):
+    # Break-it: `nvidia-smi -q; nvidia-smi -q -x > tray.txt` read as text skipped the XML's GPUs
+    # (its lines are no text rows); XML then text was refused already.
+    xml = (f'{start}\n<gpu id="00000000:02:00.0"><uuid>GPU-47daa2ad-a218-6286-252b-af45f0dfaf01</uuid></gpu>\n'
+           "</nvidia_smi_log>\n")
+    with pytest.raises(InputError) as info:
+        capture(GOOD_CAPTURE + "\n" + xml, "mixed.txt")
+    err = info.value
+    assert (err.file, err.line) == ("mixed.txt", GOOD_CAPTURE.count("\n") + 2)
+    assert err.message == ("an `nvidia-smi -q -x` XML document inside `nvidia-smi -q` text, whose GPUs would "
+                           "be skipped; expected one capture format a file")
+
+
 @pytest.mark.e2e
 def test_inventory_reads_xml_and_text_captures_into_the_same_reports(tmp_path, fixtures_dir):
     shutil.copy(DATA / "synthetic-gb200-tray-lost-gpu.xml", tmp_path / "gb-a01-n01.xml")

@@ -106,6 +106,26 @@ def test_text_lost_gpu_named_twice_is_refused():
         text(f"GPU 0000:0B:00.0\n{LOST_0B}\n")
 
 
+def test_a_lost_line_naming_a_listed_gpu_otherwise_printed_is_refused():
+    # Break-it: a lost line with the 4-digit domain (as nvidia-smi prints it there) or another
+    # hex case named an answering GPU a second time, listed once answering and once lost.
+    with pytest.raises(Exception, match=r"^cap\.txt:3: GPU: GPU 0000:0b:00\.0 appears twice$"):
+        text(f"GPU 00000000:0B:00.0\n    GPU UUID : {GOOD_UUID}\n{LOST_0B.replace('0B', '0b')}\n")
+    with pytest.raises(Exception, match=r"^cap\.xml:4: gpu id: GPU 0000:0B:00\.0 appears twice$"):
+        xml(HEAD + f"\t<gpu id=\"00000000:0B:00.0\"><uuid>{GOOD_UUID}</uuid></gpu>\n{LOST_0B}\n</nvidia_smi_log>\n")
+
+
+@pytest.mark.parametrize("capture, line", [
+    (LOST_0B + "\x1b]8;;http://x\x07\n" + HEAD + '\t<gpu id="00000000:29:00.0"/>\n</nvidia_smi_log>\n', 1),
+    (HEAD + LOST_0B + "&#x9b;2J\n" + '\t<gpu id="00000000:29:00.0"/>\n</nvidia_smi_log>\n', 3),
+])
+def test_xml_lost_line_with_a_control_character_is_refused(capture, line):
+    # Break-it: the text form refuses control characters, the XML form carried them into
+    # gpus[].error (an escape sequence from a tray, raw or as a character reference).
+    with pytest.raises(Exception, match=rf"^cap\.xml:{line}: (gpu id: )?unexpected control character U\+00(1B|9B) "):
+        xml(capture)
+
+
 def test_text_attached_count_above_the_listed_gpus_adds_nothing():
     # `nvidia-smi -q -i 0` prints the whole count and one GPU: no entries are made up.
     capture = (f"Attached GPUs : 8\nGPU 00000000:18:00.0\n    GPU UUID : {GOOD_UUID}\n")
@@ -143,3 +163,14 @@ def test_xml_lost_gpu_named_twice_is_refused():
     capture = LOST_0B + "\n" + HEAD + '\t<gpu id="0000:0B:00.0"/>\n</nvidia_smi_log>\n'
     with pytest.raises(Exception, match=r"^cap\.xml:5: gpu id: GPU 0000:0B:00\.0 appears twice$"):
         xml(capture)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("tail", ["x", "1", "1: x"])
+def test_a_long_run_of_blanks_is_read_in_linear_time(tail):
+    # Break-it: the pattern had two runs of \s* side by side around the optional GPU id, so a
+    # hostile capture line of 2,000,000 blanks backtracked for hours (quadratic); now one pass.
+    line = "Unable to determine the device handle for GPU" + " " * 2_000_000 + tail
+    assert lost_line(line) == ((None, "x") if tail == "1: x" else None)
+    capture = f"GPU 00000000:29:00.0\n    GPU UUID : {GOOD_UUID}\n{line}\n"
+    assert len(text(capture)) == (2 if tail == "1: x" else 1)

@@ -209,8 +209,8 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
     ``targets.slurm.imex.interface`` and/or ``network`` the tray's reported address that
     ``imex_address.ImexAddressing`` chooses; a tray that does not report keeps its last applied address. The
     clique is the tray's, else its slice's (a slice is one clique), so a tray going missing does
-    not change the scripts. A tray of a held rack keeps its last applied address, and takes no
-    part in the check for shared ones."""
+    not change the scripts. A tray of a held rack keeps its last applied address; a tray that
+    shares it is named by its host name."""
     addressing = ImexAddressing.of(intent.slurm.imex)
     applied = dict(history.imex_addresses)
     held = layout.held_trays
@@ -232,9 +232,8 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
                     by_name.append(h)
             out.append(ImexNode(h, address, clique, s.name))
     owners: dict[str, list[Hostname]] = defaultdict(list)
-    for n in out:
-        if n.host not in held:
-            owners[n.address].append(n.host)
+    for n in out:  # a held tray's address too: a report naming it would break the scripts' map
+        owners[n.address].append(n.host)
     shared = {a: hs for a, hs in owners.items() if len(hs) > 1}
     if shared:
         detail = "; ".join(f"{a}: {hostlist.compress(hs)}" for a, hs in sorted(shared.items()))
@@ -243,7 +242,7 @@ def _imex_nodes(intent: Intent, layout: Layout, addresses: dict[Hostname, tuple[
         diags.append(Diagnostic(ERROR, "imex-address-shared", f"trays report the same IMEX address ({detail}); "
                                 "an IMEX nodes file needs one address per tray", "inventory", hardware=True,
                                 racks=tuple(racks)))
-        out = [n if n.address not in shared else replace(n, address=n.host) for n in out]
+        out = [n if n.address not in shared or n.host in held else replace(n, address=n.host) for n in out]
     if by_name:
         diags.append(addressing.missing(by_name, addresses))
     out.sort(key=lambda n: hostlist.natural_key(n.host))

@@ -10,6 +10,8 @@ The node agent reports every address with its interface and that interface's kin
   on); a bare address of unknown kind (an older agent, Kubernetes Node status) is eligible;
 - neither: no address, the host name (IMEX nodes files take DNS names).
 
+Only a plain IP address that is not a loopback one is ever chosen (``_usable``), whatever is set.
+
 The first in report order: interfaces as the kernel lists them, each interface's addresses
 primary first (``rackctl discover``, ``reconciler.inventory.interfaces``).
 """
@@ -53,13 +55,16 @@ class ImexAddressing:
         return self.network is None and self.interface is None
 
     def choose(self, addresses: Sequence[HostAddress]) -> str | None:
-        """The tray's IMEX address among ``addresses`` (see the module), or None: none is
-        eligible, or ``by_name``."""
+        """The tray's IMEX address among ``addresses`` (see the module) in its canonical text
+        (``fd00::17``, however the report writes it: shared addresses are told apart as text), or
+        None: none is eligible, or ``by_name``."""
         if self.by_name:
             return None
-        return next((a.address for a in addresses if self._eligible(a)), None)
+        return next((str(ipaddress.ip_address(a.address)) for a in addresses if self._eligible(a)), None)
 
     def _eligible(self, a: HostAddress) -> bool:
+        if not _usable(a.address):
+            return False
         if self.interface is not None and a.interface != self.interface:
             return False
         if self.interface is None and a.kind in SKIPPED_KINDS:
@@ -87,6 +92,8 @@ class ImexAddressing:
             on = [a for a in addresses if a.interface == self.interface]
             if not on:
                 return f"no address on {self.interface}"
+            if self.network is None or not any(_usable(a.address) for a in on):
+                return f"{self.interface} has no IP address that is not a loopback one"
             return f"{self.interface} has none in {self.network}"
         skipped = sorted({f"{a.interface} ({a.kind})" for a in addresses
                           if a.kind in SKIPPED_KINDS and self.network is not None
@@ -95,6 +102,18 @@ class ImexAddressing:
             return (f"only on {', '.join(skipped)}, which the network alone skips (loopback, bridge, veth and "
                     "container interfaces); name the interface with targets.slurm.imex.interface")
         return f"none in {self.network}"
+
+
+def _usable(address: str) -> bool:
+    """Whether ``address`` may be a tray's IMEX address at all: a plain (unscoped) IP address that
+    is not a loopback one. A report is untrusted: another text (a host name, another tray's)
+    would pass the scripts' check and misdirect the job's IMEX peers, and 127.0.0.1 or ::1 (on
+    ``lo`` beside a routed address, as hosts with BGP to the host have it) reaches no other tray."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return "%" not in address and not ip.is_loopback
 
 
 def _in_network(address: str, network: Network) -> bool:

@@ -13,6 +13,7 @@ import nodereports as nr
 import pytest
 from clihelp import TESTS
 
+from reconciler.diagnostics import ERROR, Diagnostic
 from reconciler.fabric.model import build_fabric
 from reconciler.intent.model import ImexSettings, load_intent
 from reconciler.inventory.interfaces import classify
@@ -21,6 +22,7 @@ from reconciler.layout.planner import plan_layout
 from reconciler.nodereport import HostAddress
 from reconciler.targets.slurm.desired import desired_slurm
 from reconciler.targets.slurm.imex_address import ImexAddressing
+from reconciler.targets.slurm.imex_scripts import PROLOG, render_imex_scripts
 
 UUID = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 NET = ipaddress.ip_network("10.0.0.0/8")
@@ -157,4 +159,79 @@ def test_an_address_on_two_interfaces_is_carried_with_each():
     assert carried == (HostAddress("127.0.0.1", "lo", "loopback"), HostAddress("10.5.0.1", "lo", "loopback"),
                        HostAddress("10.5.0.1", "bond0", "physical"), HostAddress("10.6.0.1"))
     assert ImexAddressing(NET).choose(carried) == "10.5.0.1"  # on bond0: the loopback copy is skipped
-    assert ImexAddressing(None, "lo").choose(carried) == "127.0.0.1"
+    assert ImexAddressing(None, "lo").choose(carried) == "10.5.0.1"  # lo named: never its 127.0.0.1
+
+
+@pytest.mark.parametrize("addresses, chosen", [
+    (["127.0.0.1", "::1"], None),                      # loopback addresses reach no other tray
+    (["gb-r01-n02", "10.1.0.9"], "10.1.0.9"),          # a host name in a report is no address
+    (["10.1.0.9 gb-r01-n02", "x;reboot"], None),
+    (["fe80::1%bond0", "fd00::9"], "fd00::9"),         # scoped
+])
+def test_only_a_plain_ip_address_that_is_not_loopback_is_chosen(addresses, chosen):
+    # Break-it: a named interface took its first address as reported, whatever its text: an
+    # untrusted report's host name (another tray's) passed the scripts' check and misdirected the
+    # IMEX peers; 127.0.0.1 on a named lo was chosen over the routed address beside it.
+    named = [HostAddress(a, "bond0", "physical") for a in addresses]
+    assert ImexAddressing(None, "bond0").choose(named) == chosen
+    everywhere = ipaddress.ip_network("::/0" if chosen and ":" in chosen else "0.0.0.0/0")
+    assert ImexAddressing(everywhere).choose(named) == chosen
+
+
+def test_a_named_interface_without_a_usable_address_says_so(plan):
+    nodes = [flannel_tray(h, n) for n, h in enumerate(HOSTS, 1)]
+    nodes[0]["interfaces"][0]["addresses"] = ["gb-r01-n02"]
+    nodes[1]["interfaces"][0]["addresses"] = ["127.0.0.1"]
+    addresses, diags = plan("{interface: bond0}", nodes)
+    assert addresses == {"gb-r01-n01": "gb-r01-n01", "gb-r01-n02": "gb-r01-n02",
+                         "gb-r01-n03": "10.1.0.3", "gb-r01-n04": "10.1.0.4"}
+    assert diags == [("imex-address-missing", "targets.slurm.imex.interface",
+                      "2 trays report no address on interface bond0 that IMEX may use; their IMEX address is "
+                      "their host name (gb-r01-n[01-02]: bond0 has no IP address that is not a loopback one)")]
+
+
+def test_one_ipv6_address_written_two_ways_is_shared(plan):
+    # Break-it: the shared-address check compared the reports' text, so FD00:0::17 and fd00::17
+    # both went into the nodes file; the address is chosen in its canonical text.
+    nodes = [flannel_tray(h, n) for n, h in enumerate(HOSTS, 1)]
+    nodes[0]["interfaces"][0]["addresses"] = ["fd00::17"]
+    nodes[1]["interfaces"][0]["addresses"] = ["FD00:0::17"]
+    nodes[2]["interfaces"][0]["addresses"] = ["FD00::0:3"]
+    addresses, diags = plan("{interface: bond0}", nodes)
+    assert addresses == {"gb-r01-n01": "gb-r01-n01", "gb-r01-n02": "gb-r01-n02", "gb-r01-n03": "fd00::3",
+                         "gb-r01-n04": "10.1.0.4"}
+    assert [d[0] for d in diags] == ["imex-address-shared"]
+
+
+def test_a_tray_reporting_a_held_trays_address_is_named_by_its_host(tmp_path):
+    # Break-it: a held rack's trays keep their applied addresses but took no part in the shared
+    # check, so a live tray reporting one (a tenant's report) made the scripts' renderer raise
+    # (an internal error for the whole plan); now that tray is named by its host name.
+    (tmp_path / "intent.yaml").write_text(textwrap.dedent("""\
+        apiVersion: rackctl.dev/v1alpha1
+        kind: ClusterIntent
+        metadata: {name: t}
+        defaults: {trays: 2}
+        racks:
+          - {name: r01, select: {hosts: "a[01-02]"}}
+          - {name: r02, select: {hosts: "b[01-02]"}}
+        tiers: [{name: t, slices: [r01, r02], slurm: {partition: p}}]
+        policy: {imex: per-job}
+        targets: {slurm: {imex: {network: 10.0.0.0/8}}}
+        """))
+    intent = load_intent(tmp_path / "intent.yaml")
+    nodes = nr.rack("a[01-02]", UUID) + nr.rack("b[01-02]", "00000000-0000-4000-8000-000000000002")
+    for n, address in zip(nodes, ["10.0.0.1", "10.0.0.2", "10.0.0.1", "10.0.0.4"]):
+        n["addresses"] = [address]
+    history = History((("r01", ("a01", "a02")), ("r02", ("b01", "b02"))), (),
+                      (("a01", "10.0.0.1"), ("a02", "10.0.0.2")))
+    fabric = build_fabric(nodes)
+    held = Diagnostic(ERROR, "rack-two-domains", "held for this test", "r01", racks=("r01",))
+    desired = desired_slurm(intent, plan_layout(intent, fabric, history, hold={"r01": (held,)}), history,
+                            fabric.addresses)
+    assert [(n.host, n.address) for n in desired.imex_nodes] == [
+        ("a01", "10.0.0.1"), ("a02", "10.0.0.2"), ("b01", "b01"), ("b02", "10.0.0.4")]
+    [shared] = [d for d in desired.diagnostics if d.code == "imex-address-shared"]
+    assert shared.message.startswith("trays report the same IMEX address (10.0.0.1: a01,b01)")
+    scripts = render_imex_scripts("t", "intent.yaml", desired.imex_nodes, intent.slurm.imex)
+    assert b"b01 b01\n" in scripts[PROLOG] and b"a01 10.0.0.1\n" in scripts[PROLOG]
