@@ -34,7 +34,7 @@ JSON_VALUE_BYTES = 260
 MAX_REPORT_BYTES = 1024 * 1024
 #: Most NodeReports in one inventory (files of a folder, counted before any is read, or nodes of
 #: one file): 2.8 times the 36,000 trays of 2,000 racks. A string field of a NodeReport holds at most 256 characters and
-#: a list at most 64 items (``schemas/node-report.schema.json``: checked by the validator that
+#: a list at most 64 items (``interfaces`` 1,024) (``schemas/node-report.schema.json``: checked by the validator that
 #: runs anyway, at no cost of its own).
 MAX_REPORTS = 100_000
 #: Python reads at most this many digits in an integer (sys.get_int_max_str_digits()).
