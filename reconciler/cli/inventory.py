@@ -3,8 +3,10 @@ objects) -> NodeReports."""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,18 +24,22 @@ if TYPE_CHECKING:
     from reconciler.nodereport import NodeReport
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
+_OFFSET = re.compile(r"([+-])([0-9]{2}):([0-9]{2})")
 
 
 @dataclass(frozen=True)
 class Options:
     """``captures``: one file per host; ``from_nodes``: a Node list instead; ``out`` or
-    ``out_dir``: where the reports go; ``hostname``: the host of a single capture."""
+    ``out_dir``: where the reports go; ``hostname``: the host of a single capture;
+    ``clock_offset``: the captured hosts' UTC offset (``+02:00``), which dates their local
+    timestamps."""
 
     captures: list[str]
     from_nodes: str | None
     out: str | None
     out_dir: str | None
     hostname: str | None
+    clock_offset: str | None
 
 
 def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
@@ -48,6 +54,9 @@ def add_parser(sub: Subparsers, make_sub: MakeSub) -> None:
     out.add_argument("--out-dir", metavar="DIR", help="write DIR/<hostname>.json per host")
     out.add_argument("--out", metavar="FILE", help="write one inventory file")
     i.add_argument("--hostname", help="host name for a single capture")
+    i.add_argument("--clock-offset", metavar="±HH:MM", help="the UTC offset of the captured hosts' clocks "
+                   "(+00:00 for hosts on UTC; a negative one as --clock-offset=-05:00): nvidia-smi prints local "
+                   "time without one, so without this a capture carries no collectedAt")
     i.set_defaults(func=Command(Options, run))
 
 
@@ -62,6 +71,7 @@ def run(options: Options) -> int:
         raise InputError("pass one capture per host, or --from-nodes NODES", field="CAPTURE")
     if options.hostname and len(options.captures) > 1:
         raise InputError("--hostname names one host; pass one capture with it", field="--hostname")
+    clock = _clock(options.clock_offset)
     nodes: list[NodeReport] = []
     seen: dict[str, str] = {}
     with progress.bar("reading captures") as bar:
@@ -74,12 +84,25 @@ def run(options: Options) -> int:
                 raise InputError(f"host {host} comes from two captures (also {seen[host]})", file=cap)
             seen[host] = cap
             text = read_text(path, what="capture", max_bytes=MAX_CAPTURE_BYTES)
-            node = parse_capture(text, hostname=host, source_name=display_path(path))
+            node = parse_capture(text, hostname=host, source_name=display_path(path), clock=clock)
             check_node(node, file=cap, place=cap)
             nodes.append(node)
     written = collectcmd.write_reports(nodes, options.out, options.out_dir)
     print(f"wrote {len(nodes)} NodeReport(s) to {len(written)} file(s)", file=sys.stderr)
     return 0
+
+
+def _clock(offset: str | None) -> timezone | None:
+    """``+HH:MM`` / ``-HH:MM`` (or ``Z``) -> that fixed offset; None without one."""
+    if offset is None:
+        return None
+    if offset == "Z":
+        return timezone.utc
+    m = _OFFSET.fullmatch(offset)
+    if not m or int(m.group(2)) > 23 or int(m.group(3)) > 59:
+        raise InputError(f"{offset!r}; expected a UTC offset like +00:00, -05:00 or +05:30", field="--clock-offset")
+    minutes = int(m.group(2)) * 60 + int(m.group(3))
+    return timezone(timedelta(minutes=-minutes if m.group(1) == "-" else minutes))
 
 
 def _host_from_name(name: str) -> str:
@@ -91,8 +114,8 @@ def _host_from_name(name: str) -> str:
 
 def _from_nodes(options: Options) -> int:
     """``rackctl inventory --from-nodes FILE``: Kubernetes Node objects -> NodeReports."""
-    if options.captures or options.hostname:
-        raise InputError("--from-nodes reads Node objects; pass no captures or --hostname with it",
+    if options.captures or options.hostname or options.clock_offset:
+        raise InputError("--from-nodes reads Node objects; pass no captures, --hostname or --clock-offset with it",
                          field="--from-nodes")
     assert options.from_nodes is not None  # called only with --from-nodes
     objects, name = labels.load_node_objects(Path(options.from_nodes))

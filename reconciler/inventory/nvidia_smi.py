@@ -17,6 +17,7 @@ follows schemas/node-report.schema.json: a missing row is omitted, ``N/A`` becom
 from __future__ import annotations
 
 from types import EllipsisType
+from datetime import tzinfo
 from typing import Any, cast
 
 from reconciler.errors import InputError
@@ -64,7 +65,8 @@ class _Gpu:
         return out
 
 
-def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> NodeReport:
+def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str,
+                          clock: tzinfo | None = None) -> NodeReport:
     """Parse ``nvidia-smi -q`` text (whole or a fragment) into a NodeReport dict.
 
     Returns ``{"schemaVersion": 1, "hostname": ..., "source": "nvidia-smi", "gpus": [...],
@@ -172,7 +174,7 @@ def parse_nvidia_smi_text(text: str, *, hostname: str, source_name: str) -> Node
         # ---- row
         if kind is None or (kind == "gpu" and key == "gpu uuid"):
             if key == "timestamp" and kind is None:
-                collected_at = fields.collected_at(value)
+                collected_at = fields.collected_at(value, clock)
             elif key == "gpu uuid":
                 gpu = owner or (current if current is not None and current.uuid is ... else
                                 new_gpu())

@@ -29,6 +29,7 @@ bounds depth and element count.
 from __future__ import annotations
 
 import re
+from datetime import tzinfo
 from typing import Any, Callable, cast
 from xml.etree.ElementTree import Element
 
@@ -183,7 +184,8 @@ def _gpu(elem: Element, index: int, fail: Fail, seen_pci: set[str]) -> Gpu:
     return gpu
 
 
-def parse_nvidia_smi_xml(text: str, *, hostname: str, source_name: str) -> NodeReport:
+def parse_nvidia_smi_xml(text: str, *, hostname: str, source_name: str,
+                         clock: tzinfo | None = None) -> NodeReport:
     """Parse ``nvidia-smi -q -x`` output into a NodeReport dict.
 
     Returns the shape ``parse_nvidia_smi_text`` returns: ``{"schemaVersion": 1, "hostname",
@@ -246,7 +248,7 @@ def parse_nvidia_smi_xml(text: str, *, hostname: str, source_name: str) -> NodeR
     collected_at = None
     for child in root:
         if child.tag == "timestamp" and child.text:
-            collected_at = fields.collected_at(child.text.strip())
+            collected_at = fields.collected_at(child.text.strip(), clock)
         elif child.tag == "gpu":
             gpus.append(_gpu(child, len(gpus), fail, seen_pci))
         add_lost(lost_in(child.tail, child), child)

@@ -6,6 +6,8 @@ fragment. Both give the same NodeReport for the same GPUs.
 
 from __future__ import annotations
 
+from datetime import tzinfo
+
 from reconciler.errors import InputError
 from reconciler.inventory.nvidia_smi import parse_nvidia_smi_text
 from reconciler.inventory.nvidia_smi_xml import is_nvidia_smi_xml, parse_nvidia_smi_xml
@@ -18,9 +20,9 @@ __all__ = ["EXPECTED_FORMATS", "parse_capture"]
 EXPECTED_FORMATS = "expected `nvidia-smi -q` text or `nvidia-smi -q -x` XML"
 
 
-def parse_capture(text: str, *, hostname: str, source_name: str) -> NodeReport:
+def parse_capture(text: str, *, hostname: str, source_name: str, clock: tzinfo | None = None) -> NodeReport:
     """The NodeReport of one capture (``text``: the file's contents, ``source_name``: its name
-    in messages).
+    in messages; ``clock``: the host clock's offset, which places nvidia-smi's local timestamp).
 
     Raises InputError: a file that is neither format gets one naming both (``EXPECTED_FORMATS``);
     a garbled capture of either format gets its parser's (file, line, field).
@@ -28,7 +30,7 @@ def parse_capture(text: str, *, hostname: str, source_name: str) -> NodeReport:
     xml = is_nvidia_smi_xml(text)
     parse = parse_nvidia_smi_xml if xml else parse_nvidia_smi_text
     try:
-        return parse(text, hostname=hostname, source_name=source_name)
+        return parse(text, hostname=hostname, source_name=source_name, clock=clock)
     except NoCaptureData as exc:
         why = exc.message if xml else ("no GPU, Fabric or Platform Info section and no "
                                        "<nvidia_smi_log> found")

@@ -18,7 +18,7 @@ NodeReport value, or raises ValueError whose text says what was expected.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Callable
 
 from reconciler.errors import InputError
@@ -147,15 +147,16 @@ def health_mask(health: dict[int, int | None]) -> int | None:
     return sum(value << shift for shift, value in known) if known else None
 
 
-def collected_at(value: str) -> str | None:
+def collected_at(value: str, local: tzinfo | None = None) -> str | None:
     """RFC 3339 text of the ``Timestamp`` row / ``<timestamp>``, or None when it cannot be placed
     in time.
 
     nvidia-smi prints ctime-style local time (``Fri Jul  3 22:10:45 2026``) without an offset;
-    RFC 3339 needs one and guessing it would shift the time by hours, so such rows give None.
+    RFC 3339 needs one and guessing it would shift the time by hours, so such rows give None
+    unless ``local`` says the host's offset (``inventory --clock-offset``).
     """
     parts = value.split()
-    tz = None
+    tz = local
     if parts and parts[-1] in ("UTC", "GMT"):
         parts, tz = parts[:-1], timezone.utc
     try:
@@ -165,4 +166,5 @@ def collected_at(value: str) -> str | None:
             stamp = datetime.fromisoformat(value)
         except ValueError:
             return None
+        stamp = stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=local)
     return stamp.isoformat() if stamp.tzinfo is not None else None

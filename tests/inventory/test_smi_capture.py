@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import GOOD_CAPTURE, assert_one_error, rackctl
+from clihelp import GOOD_CAPTURE, assert_one_error, rackctl, run_main
 from reconciler.errors import InputError
 from reconciler.inventory.smi_capture import parse_capture
 
@@ -92,4 +92,30 @@ def test_inventory_refuses_an_xml_capture_with_an_entity(tmp_path):
     res = rackctl("inventory", "gb-a01-n01.xml", "--out-dir", "out", cwd=tmp_path)
     assert assert_one_error(res) == ("error: gb-a01-n01.xml:3: entity declaration <!ENTITY a> refused "
                                      "(entities are never expanded)\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("offset, want", [
+    ("+00:00", "2026-08-21T11:01:42+00:00"), ("-05:00", "2026-08-21T11:01:42-05:00"),
+    ("+05:30", "2026-08-21T11:01:42+05:30"), ("Z", "2026-08-21T11:01:42+00:00")])
+def test_clock_offset_dates_both_formats_local_timestamps(fixtures_dir, tmp_path, capsys, offset, want):
+    """nvidia-smi prints the tray's local time without an offset: undated, unless the operator
+    says the hosts' offset. The GB200 XML and a text capture of the same time read alike."""
+    xml = shutil.copy(fixtures_dir / "nvidia-smi/xml/qx-gb200.xml", tmp_path / "gb-r01-n01.xml")
+    text = tmp_path / "gb-r01-n02.txt"
+    text.write_text((fixtures_dir / "nvidia-smi/text/smi-q.nvidia-h200_590.48.01.txt").read_text()
+                    .replace("Fri Jul  3 22:10:45 2026", "Fri Aug 21 11:01:42 2026"))
+    res = run_main(capsys, "inventory", xml, text, "--out-dir", tmp_path / "out", f"--clock-offset={offset}")
+    assert res.rc == 0, res
+    dated = {p.stem: json.loads(p.read_text()).get("collectedAt") for p in (tmp_path / "out").glob("*.json")}
+    assert dated == {"gb-r01-n01": want, "gb-r01-n02": want}
+    res = run_main(capsys, "inventory", xml, "--out-dir", tmp_path / "undated")
+    assert "collectedAt" not in json.loads((tmp_path / "undated" / "gb-r01-n01.json").read_text())
+
+
+@pytest.mark.parametrize("offset", ["+24:00", "+5:30", "UTC", "+00:60", ""])
+def test_a_bad_clock_offset_is_one_error_and_nothing_is_written(fixtures_dir, tmp_path, capsys, offset):
+    xml = shutil.copy(fixtures_dir / "nvidia-smi/xml/qx-gb200.xml", tmp_path / "gb-r01-n01.xml")
+    res = run_main(capsys, "inventory", xml, "--out-dir", tmp_path / "out", f"--clock-offset={offset}")
+    assert "--clock-offset" in assert_one_error(res) and "expected a UTC offset like +00:00" in res.err
     assert not (tmp_path / "out").exists()
