@@ -3,8 +3,11 @@ command in a forked child exactly as ``rackctl ARGS`` would (``reconciler.cli.ma
 hundred applies, each killed with SIGKILL somewhere, cost seconds instead of a hundred
 interpreter starts.
 
-Each child runs in its own process group (killing the group also kills a reload command it
-started), with standard input on /dev/null and standard output and error in one file.
+Each child runs in its own process group, with standard input on /dev/null and standard output
+and error in one file. The server is a child subreaper (prctl(2) ``PR_SET_CHILD_SUBREAPER``): a
+reload command that a killed child had started in a session of its own is reparented to it, and
+the server answers a child's status only once every such orphan has ended too, so a test never
+races a reload still on its way (one still in exec when the test looked at the log was a flake).
 
     server = ForkServer(env)           # starts ``python tests/forkrun.py``
     pid = server.start(args, cwd, out, env={...})
@@ -14,19 +17,26 @@ started), with standard input on /dev/null and standard output and error in one 
 
 Protocol, one JSON object a line: the test writes ``{"args", "cwd", "out", "env"}`` (or
 ``{"inline": ...}`` to run a command in the server itself, to warm its caches before forking);
-the server answers ``{"pid": N}`` once the child runs and ``{"status": S}`` when it has ended.
+the server answers ``{"pid": N}`` once the child runs and ``{"status": S, "orphans": K}`` when it
+and the K processes it left have ended (``orphans`` is -1 when some still ran after
+``ORPHAN_WAIT_S``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_ENV = "RACKCTL_TEST_ONLY_SIGKILL_AT"
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+#: How long the server waits for the processes a child left (its fake reloads take milliseconds).
+ORPHAN_WAIT_S = 30.0
 
 
 class ForkServer:
@@ -62,8 +72,11 @@ class ForkServer:
         return self._ask({"args": [str(a) for a in args], "cwd": str(cwd), "out": str(out), "env": env or {}})["pid"]
 
     def wait(self) -> int:
-        """The exit code of the child started last; -SIGNAL when a signal ended it."""
-        return self._answer()["status"]
+        """The exit code of the child started last; -SIGNAL when a signal ended it. Returns once
+        the processes it left have ended too; fails when some still run after ``ORPHAN_WAIT_S``."""
+        answer = self._answer()
+        assert answer["orphans"] >= 0, f"a process the child left still runs {ORPHAN_WAIT_S:.0f} s after it ended"
+        return answer["status"]
 
     def run(self, args: list[object], cwd: Path, out: Path, env: dict[str, str] | None = None) -> int:
         """``start`` then ``wait``."""
@@ -103,12 +116,32 @@ def _child(request: dict) -> None:
         os._exit(rc)
 
 
+def _reap_orphans() -> int:
+    """Wait (at most ``ORPHAN_WAIT_S``) for the processes reparented to this subreaper: how many
+    ended, or -1 when some still run."""
+    reaped, deadline = 0, time.monotonic() + ORPHAN_WAIT_S
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid:
+            reaped += 1
+        elif time.monotonic() > deadline:
+            return -1
+        else:
+            time.sleep(0.002)
+
+
 def serve() -> None:
     """Answer requests on standard input until it closes."""
     import contextlib
     import io
 
     from reconciler.cli.main import main
+
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -127,7 +160,7 @@ def serve() -> None:
             pass  # the child did it first, or has already ended
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)
-        print(json.dumps({"status": os.waitstatus_to_exitcode(status)}), flush=True)
+        print(json.dumps({"status": os.waitstatus_to_exitcode(status), "orphans": _reap_orphans()}), flush=True)
 
 
 if __name__ == "__main__":

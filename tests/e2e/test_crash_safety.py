@@ -14,7 +14,6 @@ change), so each trial also checks that the controller ends up running the files
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -49,10 +48,9 @@ SCENARIOS = {
 REJECTED = "3-00:00:00"
 FAKE_RELOAD = """#!/bin/sh
 # A fake `scontrol reconfigure`: the controller "loads" the managed files as they are now (their
-# digests into loaded, atomically); it refuses a MaxTime of {rejected} when told to. It holds
-# reload.lock while it runs: rackctl starts it in a session of its own, so killing the apply's
-# process group leaves it running, and a test waits for it (``Trial.wait_for_reloads``).
-exec 9>>{trial}/reload.lock && flock 9 || exit 1
+# digests into loaded, atomically); it refuses a MaxTime of {rejected} when told to. rackctl
+# starts it in a session of its own, so killing the apply's process group leaves it running; the
+# fork server waits for it before it reports the apply's end (``ForkServer.wait``).
 cd {cfg} || exit 1
 if [ -e {trial}/reject ] && grep -q {rejected} rackctl.conf 2>/dev/null; then
     echo "fake slurmctld: Bad value for MaxTime" >&2; exit 1
@@ -168,22 +166,7 @@ class Trial:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:  # it had ended already
             pass
-        status = self.server.wait()
-        self.wait_for_reloads()
-        return status, out.read_text()
-
-    def wait_for_reloads(self, timeout_s: float = 30) -> None:
-        """Wait (at most ``timeout_s``) for a reload the killed apply started to end: it runs on,
-        in its own session, and would log its entry and load its files after the kill."""
-        with open(self.dir / "reload.lock", "a") as lock:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return  # closing the file releases it
-                except BlockingIOError:
-                    assert time.monotonic() < deadline, f"a reload still runs {timeout_s:.0f} s after the kill"
-                    time.sleep(0.01)
+        return self.server.wait(), out.read_text()
 
     def _out(self) -> Path:
         self.runs += 1
