@@ -108,17 +108,31 @@ def fixtures_dir() -> Path:
     return FIXTURES_DIR
 
 
+def pytest_generate_tests(metafunc):
+    """A test using ``slurm_bed`` runs once per bed version (``slurmbed.BED_VERSIONS``), or for
+    those its ``slurm_versions`` mark names."""
+    if "slurm_bed" not in metafunc.fixturenames:
+        return
+    from slurmbed import BED_VERSIONS
+
+    mark = metafunc.definition.get_closest_marker("slurm_versions")
+    versions = list(mark.args) if mark else list(BED_VERSIONS)
+    assert set(versions) <= set(BED_VERSIONS), versions
+    metafunc.parametrize("slurm_version", versions, scope="function")
+
+
 @pytest.fixture
-def slurm_bed(tmp_path_factory):
-    """A factory: ``slurm_bed(nodes)`` starts a real slurmctld 24.11 test bed for ``nodes`` (a
-    Slurm hostlist); every bed started is stopped by PID after the test."""
+def slurm_bed(tmp_path_factory, slurm_version):
+    """A factory: ``slurm_bed(nodes, topology_file="topology.conf")`` starts a real slurmctld of
+    ``slurm_version`` (24.11 or 26.05, the test's parameter) for ``nodes`` (a Slurm hostlist); every
+    bed started is stopped by PID after the test."""
     from slurmbed import SlurmBed, require_bed
 
-    require_bed()
+    require_bed(slurm_version)
     beds: list[SlurmBed] = []
 
-    def start(nodes: str) -> SlurmBed:
-        bed = SlurmBed(tmp_path_factory.mktemp("bed"), nodes)
+    def start(nodes: str, topology_file: str = "topology.conf") -> SlurmBed:
+        bed = SlurmBed(tmp_path_factory.mktemp("bed"), nodes, slurm_version, topology_file)
         beds.append(bed)
         return bed
 

@@ -1,12 +1,14 @@
 """The real slurmctld test bed (``scripts/slurm-testbed``) as a pytest helper.
 
-``SlurmBed(dir, nodes)`` starts a Slurm 24.11 controller on loopback in its own namespaces;
+``SlurmBed(dir, nodes, version)`` starts a Slurm controller of ``version`` (``BED_VERSIONS``:
+24.11 from Debian trixie, 26.05 from forky) on loopback in its own namespaces;
 ``bed.env`` puts its wrappers (scontrol, sbatch, squeue, ...) first on PATH, so ``rackctl`` run
 with that environment talks to it. ``bed.stop()`` stops it by the PIDs in its PID files.
 ``Live(bed, tmp, intent)`` runs rackctl against a bed and logs every Slurm command it runs.
-The bed needs root and the built root file system (``scripts/slurm-testbed build``); without them
+The bed needs root and the built root file systems (``scripts/slurm-testbed build``); without them
 the tests that use it skip, unless ``RACKCTL_REQUIRE_TESTBED=1`` (set by ``.ci/run``) makes that
-a failure.
+a failure. Every test that uses the ``slurm_bed`` fixture runs once per version
+(``tests/conftest.py``), unless ``@pytest.mark.slurm_versions("26.05")`` names the ones it applies to.
 """
 
 from __future__ import annotations
@@ -23,22 +25,25 @@ from clihelp import rackctl
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-testbed"
-BED_ROOT = Path(os.environ.get("RACKCTL_TESTBED_ROOT") or Path(os.environ.get("XDG_CACHE_HOME")
-                or Path.home() / ".cache") / "rackctl" / "slurm-trixie")
+BED_CACHE = Path(os.environ.get("RACKCTL_TESTBED_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
+                 or Path.home() / ".cache") / "rackctl")
+#: Slurm version -> the Debian suite whose root the bed runs it from (scripts/slurm-testbed).
+BED_VERSIONS = {"24.11": "trixie", "26.05": "forky"}
 
 
-def unavailable_reason() -> str | None:
-    """Why the test bed cannot run here, or None."""
+def unavailable_reason(version: str) -> str | None:
+    """Why the test bed of ``version`` cannot run here, or None."""
     if os.geteuid() != 0:
         return "the Slurm test bed needs root (namespaces, chroot)"
-    if not (BED_ROOT / "usr" / "sbin").is_dir():
-        return f"no Slurm test bed root at {BED_ROOT}; run scripts/slurm-testbed build"
+    root = BED_CACHE / f"slurm-{BED_VERSIONS[version]}"
+    if not (root / "usr" / "sbin").is_dir():
+        return f"no Slurm {version} test bed root at {root}; run scripts/slurm-testbed build {version}"
     return None
 
 
-def require_bed() -> None:
-    """Skip (or, under RACKCTL_REQUIRE_TESTBED=1, fail) when the bed cannot run."""
-    why = unavailable_reason()
+def require_bed(version: str) -> None:
+    """Skip (or, under RACKCTL_REQUIRE_TESTBED=1, fail) when the bed of ``version`` cannot run."""
+    why = unavailable_reason(version)
     if why is None:
         return
     if os.environ.get("RACKCTL_REQUIRE_TESTBED") == "1":
@@ -52,13 +57,16 @@ TAKE_OVER = "--take-over"
 
 
 class SlurmBed:
-    """One running test bed instance in ``dir`` (``dir/etc`` is its Slurm config dir)."""
+    """One running test bed instance in ``dir`` (``dir/etc`` is its Slurm config dir) of Slurm
+    ``version``. ``topology_file``: the placeholder it starts on (26.05 needs a block in it), the
+    file the intent applied to it renders."""
 
-    def __init__(self, dir: Path, nodes: str) -> None:
+    def __init__(self, dir: Path, nodes: str, version: str = "24.11", topology_file: str = "topology.conf") -> None:
         self.dir = dir.resolve()
+        self.version = version
         self.config_dir = self.dir / "etc"
         self.bin = self.dir / "bin"
-        self._script("start", str(self.dir), "--nodes", nodes)
+        self._script("start", str(self.dir), "--nodes", nodes, "--version", version, "--topology-file", topology_file)
 
     @property
     def env(self) -> dict[str, str]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
 from slurmbed import SCRIPT
+
+#: The release each bed version's Debian root carries (trixie, forky).
+RELEASE = {"24.11": "24.11.5", "26.05": "26.05.5"}
 
 
 def _listening(bed) -> list[str]:
@@ -20,9 +24,9 @@ def _listening(bed) -> list[str]:
     return addrs
 
 
-def test_bed_runs_slurm_24_11_on_loopback_only_and_stops_by_pid(slurm_bed):
+def test_bed_runs_its_slurm_on_loopback_only_and_stops_by_pid(slurm_bed, slurm_version):
     bed = slurm_bed("gb-r01-n[01-18]")
-    assert bed.run("scontrol", "--version").stdout.strip() == "slurm-wlm 24.11.5"
+    assert bed.run("scontrol", "--version").stdout.strip() == f"slurm-wlm {RELEASE[slurm_version]}"
     assert bed.ping()
     listening = _listening(bed)
     # 0100007F:1AA1 = 127.0.0.1:6817 (slurmctld's port), in /proc's little-endian hex.
@@ -40,3 +44,14 @@ def test_bed_runs_slurm_24_11_on_loopback_only_and_stops_by_pid(slurm_bed):
         except ProcessLookupError:
             alive = False
         assert not alive, f"PID {p} still running after stop"
+
+
+@pytest.mark.slurm_versions("26.05")
+def test_a_26_05_bed_starts_on_a_placeholder_block_in_either_topology_file(slurm_bed):
+    # 26.05 refuses an empty topology.conf at start ("fatal: No blocks configured"): the bed's
+    # placeholder holds one block of every node, in the file the intent will render.
+    for topology_file, size in (("topology.conf", 18), ("topology.yaml", 1)):
+        bed = slurm_bed("gb-r01-n[01-18]", topology_file)
+        assert (bed.config_dir / topology_file).exists()
+        assert bed.topology() == f"BlockName=bed-placeholder BlockIndex=0 Nodes=gb-r01-n[01-18] BlockSize={size}\n"
+        bed.stop()
