@@ -6,7 +6,18 @@ Sources (Slurm 24.11): ``scontrol --version``; ``scontrol ping``; ``scontrol sho
 partition --json`` and ``squeue --json`` (data_parser v0.0.42 documents); ``scontrol show config``
 (``Key = value`` lines); ``sacctmgr -n -P show qos format=name`` (one QoS per line; needs slurmdbd).
 The commands are found on ``PATH`` as on any Slurm client host. Parsers are pure functions, tested
-on captures from a real 24.11.5 controller (``tests/data/slurm-24.11``).
+on captures from real 24.11.5 and 26.05.5 controllers (``tests/data/slurm-24.11``, ``slurm-26.05``).
+
+On 25.05+ the running topologies are read from ``scontrol show topoconf`` (added in 25.05.0:
+Slurm's CHANGELOG/slurm-25.05.md, "Add 'scontrol show topoconf' command"). Measured on 26.05.5:
+it prints the loaded topology.yaml as a YAML list (``%YAML 1.1`` ... ``...``), every topology with
+``topology``, ``cluster_default`` and all five kinds, the unused ones as ``{}`` (``flat: true`` for a
+flat one); a block without nodes has ``nodes:`` null. It is what the controller loaded, not the
+file: an edit without a reconfigure does not show. With a topology.conf loaded it prints one
+topology ``default`` with ``block: {}`` (the blocks are not in it), so topology.conf is still read
+from ``scontrol show topology``, which on 25.05+ shows only the cluster-default topology and prints
+a placeholder block with no ``Nodes=`` field. ``scontrol show partition --json`` gives each
+partition's ``topology`` ("" when unset).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from reconciler.ids import BlockName, Hostname
 from reconciler.layout.model import REASON_PREFIX
 from reconciler.layout.nodestates import LiveState
 from reconciler.text import hostlist
+from reconciler.text.yamlsource import load_yaml_text
 
 COMMAND_TIMEOUT_S = 120
 #: Job states whose nodes are busy (squeue(1) JOB STATE CODES).
@@ -35,7 +47,12 @@ CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilo
                "SlurmctldLogFile", "TopologyPlugin")
 
 _T = TypeVar("_T")
-_TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+Nodes=(\S*)\s+BlockSize=(\d+)")
+_TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+(?:Nodes=(\S*)\s+)?BlockSize=(\d+)")
+#: The first release with ``scontrol show topoconf`` (Slurm's CHANGELOG/slurm-25.05.md, 25.05.0).
+TOPOCONF_SINCE = (25, 5)
+TOPOCONF = ("scontrol", "show", "topoconf")
+#: topology.yaml(5)'s topology kinds, each a key of every topology ``show topoconf`` prints.
+TOPOLOGY_KINDS = ("block", "flat", "ring", "torus3d", "tree")
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
@@ -87,12 +104,27 @@ class Job:
     nodes: tuple[Hostname, ...]
 
 
+@dataclass(frozen=True)
+class LoadedTopology:
+    """One topology of a topology.yaml, as the controller runs it (``scontrol show topoconf``) or as
+    a file holds it. ``kind``: block, flat, ring, torus3d or tree ("" when none is set, as for the
+    ``default`` topology 25.05+ shows for a loaded topology.conf); ``block_sizes`` and ``blocks``
+    (``(name, nodes)`` in position order, no nodes for a placeholder) for a block topology."""
+
+    name: str
+    cluster_default: bool
+    kind: str
+    block_sizes: tuple[int, ...] = ()
+    blocks: tuple[tuple[BlockName, tuple[Hostname, ...]], ...] = ()
+
+
 @dataclass
 class Controller:
     """What the running controller has loaded. ``blocks``: ``(name, nodes)`` by ``BlockIndex``;
     ``block_sizes``: the sizes of blocks and aggregated blocks seen (BlockSizes itself is not
     shown); ``partitions``: name -> nodes; ``qos``: QoS names, or None with ``qos_unchecked`` saying
-    why they could not be read."""
+    why they could not be read. ``topologies``: the running topology.yaml topologies (25.05+),
+    None before 25.05; ``partition_topology``: partition -> its ``Topology=`` ("" when unset)."""
 
     version: tuple[int, int, int]
     blocks: list[tuple[BlockName, tuple[Hostname, ...]]]
@@ -104,10 +136,18 @@ class Controller:
     qos: set[str] | None = None
     qos_unchecked: str = ""
     busy: dict[Hostname, list[int]] = field(default_factory=dict)
+    topologies: list[LoadedTopology] | None = None
+    partition_topology: dict[str, str] = field(default_factory=dict)
 
     @property
     def version_text(self) -> str:
-        return ".".join(map(str, self.version))
+        """The release as Slurm writes it: ``26.05.5``."""
+        return version_text(self.version)
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    """``(26, 5, 5)`` -> ``26.05.5``, ``(25, 11)`` -> ``25.11``: Slurm's own spelling."""
+    return ".".join([str(version[0]), f"{version[1]:02d}", *map(str, version[2:])])
 
 
 class Runner(Protocol):
@@ -170,7 +210,8 @@ def ping(run_command: Runner = run) -> bool:
         return False
 
 
-#: The commands ``read_controller`` runs, every time (a live snapshot must hold each answer).
+#: The commands ``read_controller`` runs, every time (a live snapshot must hold each answer), and
+#: ``TOPOCONF`` on 25.05+.
 READ_COMMANDS = (("scontrol", "ping"), ("scontrol", "--version"), ("scontrol", "show", "topology"),
                  ("scontrol", "show", "nodes", "--json"), ("scontrol", "show", "partition", "--json"),
                  ("squeue", "--json"), ("scontrol", "show", "config"),
@@ -187,10 +228,12 @@ def read_controller(run_command: Runner = run) -> Controller:
     version = parse_version(run_command(["scontrol", "--version"]))
     blocks, sizes = parse_topology(_topology_text(run_command))
     nodes = _parsed(["scontrol", "show", "nodes", "--json"], parse_nodes, run_command)
-    partitions = _parsed(["scontrol", "show", "partition", "--json"], parse_partitions, run_command)
+    partitions, partition_topology = _parsed(["scontrol", "show", "partition", "--json"], _partitions, run_command)
     jobs = _parsed(["squeue", "--json"], parse_jobs, run_command)
     config = parse_config(run_command(["scontrol", "show", "config"]))
-    ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config)
+    ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config,
+                     topologies=_topoconf(run_command) if version[:2] >= TOPOCONF_SINCE else None,
+                     partition_topology=partition_topology)
     for job in jobs:
         if set(job.states) & BUSY_JOB_STATES:
             for h in job.nodes:
@@ -209,11 +252,28 @@ def _topology_text(run_command: Runner = run) -> str:
         raise
 
 
-def read_loaded() -> tuple[list[tuple[BlockName, tuple[Hostname, ...]]], list[int], dict[str, tuple[Hostname, ...]]]:
-    """What the controller runs now: (blocks, block sizes, partitions). Cheaper than
-    ``read_controller``: used to verify an apply."""
+@dataclass(frozen=True)
+class Loaded:
+    """What the controller runs now, as ``read_loaded`` reads it: the ``Controller`` fields of the
+    same names."""
+
+    blocks: list[tuple[BlockName, tuple[Hostname, ...]]]
+    block_sizes: list[int]
+    partitions: dict[str, tuple[Hostname, ...]]
+    partition_topology: dict[str, str]
+    topologies: list[LoadedTopology] | None
+
+
+def read_loaded(*, topoconf: bool) -> Loaded:
+    """What the controller runs now, ``scontrol show topoconf`` too when ``topoconf`` (25.05+).
+    Cheaper than ``read_controller``: used to verify an apply."""
     blocks, sizes = parse_topology(_topology_text())
-    return blocks, sizes, _parsed(["scontrol", "show", "partition", "--json"], parse_partitions)
+    partitions, partition_topology = _parsed(["scontrol", "show", "partition", "--json"], _partitions)
+    return Loaded(blocks, sizes, partitions, partition_topology, _topoconf(run) if topoconf else None)
+
+
+def _topoconf(run_command: Runner) -> list[LoadedTopology]:
+    return parse_topologies(run_command(list(TOPOCONF)), "`scontrol show topoconf`", TargetError)
 
 
 def wait_until_up(timeout_s: float = 60, interval_s: float = 0.5) -> bool:
@@ -298,11 +358,60 @@ def parse_topology(text: str) -> tuple[list[tuple[BlockName, tuple[Hostname, ...
             continue
         sizes.add(int(m[5]))
         if m[1] == "BlockName":
-            nodes = _hosts(m[4] if m[4] != "(null)" else "", hosts, f"`scontrol show topology`: block {m[2]} "
+            nodes = _hosts(m[4] if m[4] and m[4] != "(null)" else "", hosts, f"`scontrol show topology`: block {m[2]} "
                            f"has nodes {m[4]!r} that are not a hostlist")
             blocks.append((int(m[3]), BlockName(m[2]), nodes))
     blocks.sort()
     return [(name, nodes) for _, name, nodes in blocks], sorted(sizes)
+
+
+def parse_topologies(text: str, what: str, error: Callable[[str], RackctlError]) -> list[LoadedTopology]:
+    """A topology.yaml(5) document (a file, or ``scontrol show topoconf``'s answer) -> its
+    topologies in order. Raises ``error(message)`` (the message names ``what``) for YAML that is not
+    a list of topologies, a block topology without ``block_sizes`` of whole numbers, a block that
+    is not ``{block: NAME, nodes: HOSTLIST}``, and past ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all."""
+    try:
+        doc, _ = load_yaml_text(text, name=what, what="topology YAML")
+    except RackctlError as exc:
+        raise error(f"{what}: {exc.message}") from None
+    if doc is None:
+        return []
+    if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
+        raise error(f"{what} is not a list of topologies; expected topology.yaml(5)")
+    hosts = hostlist.Expander(what)
+    out = []
+    for t in doc:
+        name = t.get("topology")
+        if not isinstance(name, str) or not name:
+            raise error(f"{what}: a topology without a name ({str(t)[:80]}); expected `topology: NAME` first")
+        kinds = [k for k in TOPOLOGY_KINDS if t.get(k) not in (None, {}, False)]
+        if len(kinds) > 1:
+            raise error(f"{what}: topology {name} is {' and '.join(kinds)}; expected one kind")
+        kind = kinds[0] if kinds else ""
+        sizes: tuple[int, ...] = ()
+        blocks: list[tuple[BlockName, tuple[Hostname, ...]]] = []
+        if kind == "block":
+            body = t["block"]
+            raw_sizes = body.get("block_sizes") if isinstance(body, dict) else None
+            raw_blocks = body.get("blocks") if isinstance(body, dict) else None
+            if not isinstance(raw_sizes, list) or not all(type(n) is int for n in raw_sizes):
+                raise error(f"{what}: topology {name} has block_sizes {str(raw_sizes)[:80]}; expected a list of "
+                            "whole numbers")
+            if not isinstance(raw_blocks, list):
+                raise error(f"{what}: topology {name} has no list of blocks")
+            sizes = tuple(raw_sizes)
+            for b in raw_blocks:
+                if not isinstance(b, dict) or not isinstance(b.get("block"), str) or \
+                        not isinstance(b.get("nodes"), (str, type(None))):
+                    raise error(f"{what}: topology {name} has the block {str(b)[:80]}; expected "
+                                "{block: NAME, nodes: HOSTLIST}")
+                try:
+                    nodes = tuple(hosts.expand(b["nodes"])) if b.get("nodes") else ()
+                except RackctlError as exc:
+                    raise error(f"{what}: topology {name}, block {b['block']}: {exc.message}") from None
+                blocks.append((BlockName(b["block"]), nodes))
+        out.append(LoadedTopology(name, t.get("cluster_default") is True, kind, sizes, tuple(blocks)))
+    return out
 
 
 def parse_nodes(doc: dict[str, Any]) -> dict[Hostname, NodeInfo]:
@@ -328,6 +437,22 @@ def parse_partitions(doc: dict[str, Any]) -> dict[str, tuple[Hostname, ...]]:
         configured = _text(nodes, "configured")
         out[_text(p, "name", required=True)] = _hosts(configured, hosts, "partition nodes")
     return out
+
+
+def parse_partition_topologies(doc: dict[str, Any]) -> dict[str, str]:
+    """``scontrol show partition --json`` -> name -> its ``Topology=`` (25.05+; "" when unset or
+    before 25.05, which has no such field)."""
+    out = {}
+    for p in _items(doc, "partitions"):
+        topology = p.get("topology") or ""
+        if not isinstance(topology, str):
+            raise TargetError(f"partition {p.get('name')!r}: 'topology' is {type(topology).__name__}; expected text")
+        out[_text(p, "name", required=True)] = topology
+    return out
+
+
+def _partitions(doc: dict[str, Any]) -> tuple[dict[str, tuple[Hostname, ...]], dict[str, str]]:
+    return parse_partitions(doc), parse_partition_topologies(doc)
 
 
 def parse_jobs(doc: dict[str, Any]) -> list[Job]:

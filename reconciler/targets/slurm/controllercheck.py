@@ -1,9 +1,10 @@
 """The running controller against the files on disk and the desired state. Pure.
 
-Says when the files on disk are written but not loaded (the controller runs other blocks or
-partition nodes than the files say), summarises node states per block, finds re-sliced trays that
-run jobs, warns when the live Slurm release differs from the one the intent renders for, and
-checks that every QoS a tier names exists when accounting can be asked.
+Says when the files on disk are written but not loaded (the controller runs other blocks,
+topologies, partition nodes or partition topologies than the files say), summarises node states
+per block, finds re-sliced trays that run jobs, warns when the live Slurm release differs from
+the one the intent renders for, and checks that every QoS a tier names exists when accounting
+can be asked.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
+from reconciler.errors import InputError
 from reconciler.ids import BlockName, Hostname
 from reconciler.intent.model import Intent
 from reconciler.plan.model import ControllerView
 from reconciler.targets.slurm import controller as slurm_controller
-from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller
+from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller, LoadedTopology
 from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from reconciler.text import hostlist
@@ -38,10 +40,21 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
         if on_disk and _blocks_differ(on_disk, ctl.blocks):
             view.not_loaded.append(f"{t.topology_file} written, not loaded: the file has {len(on_disk)} blocks, "
                                    f"the controller runs {len(ctl.blocks)}{_first_block_difference(on_disk, ctl.blocks)}")
+    elif ctl.topologies is None:
+        view.diagnostics.append(Diagnostic(INFO, "topology-not-compared", f"the controller runs Slurm "
+                                           f"{ctl.version_text}, which has no `scontrol show topoconf` (25.05.0+) and "
+                                           f"never reads {t.topology_file}: its topologies are not compared",
+                                           t.topology_file))
     else:
-        view.diagnostics.append(Diagnostic(INFO, "topology-not-compared", f"the loaded {t.topology_file} is not "
-                                           "compared with the controller (`scontrol show topology` of 25.05+ is "
-                                           "not parsed yet)", t.topology_file))
+        data = live.files.get(t.topology_file)
+        if data is not None:
+            shown = str(live.config_dir / t.topology_file)
+            disk = slurm_controller.parse_topologies(data.decode("utf-8", errors="replace"), shown,
+                                                     lambda m: InputError(m, file=shown))
+            differences = topology_differences(disk, ctl.topologies)
+            if differences:
+                more = f" (and {len(differences) - 1} more differences)" if len(differences) > 1 else ""
+                view.not_loaded.append(f"{t.topology_file} written, not loaded: {differences[0]}{more}")
     for name, opts in parse_partitions(live.files.get(t.include_file)).items():
         nodes = set(hostlist.expand(opts["Nodes"])) if opts.get("Nodes") else set()
         running = ctl.partitions.get(name)
@@ -50,6 +63,10 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
         elif set(running) != nodes:
             view.not_loaded.append(f"{t.include_file} written, not loaded: partition {name} runs "
                                    f"{len(running)} nodes, the file says {len(nodes)}")
+        elif ctl.topologies is not None and ctl.partition_topology.get(name, "") != opts.get("Topology", ""):
+            view.not_loaded.append(f"{t.include_file} written, not loaded: partition {name} runs "
+                                   f"Topology={ctl.partition_topology.get(name) or '(unset)'}, the file says "
+                                   f"{opts.get('Topology') or '(unset)'}")
     stale = _settings_not_loaded(parse_settings(live.files.get(t.include_file)), ctl.config)
     if stale:
         view.diagnostics.append(Diagnostic(WARNING, "settings-not-loaded", f"{t.include_file} sets "
@@ -147,13 +164,55 @@ def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
             for q, tier in sorted(named.items()) if q not in ctl.qos]
 
 
-def verify_loaded(intent: Intent, desired: DesiredSlurm) -> list[str]:
-    """After a reload: what the controller runs that differs from what was rendered (every block
-    in position order, every node, the block sizes, every partition's nodes); empty when equal.
-    Block checks apply to topology.conf (24.11); partitions always."""
-    blocks, sizes, partitions = slurm_controller.read_loaded()
+def topology_differences(want: list[LoadedTopology], have: list[LoadedTopology]) -> list[str]:
+    """How the topologies ``have`` differ from ``want``: per topology (matched by name, in order)
+    its kind, ``cluster_default``, ``block_sizes``, and its blocks in position order with their
+    nodes (as sets: the order inside a block is Slurm's). Empty when equal."""
     out = []
-    if intent.slurm.topology_file == "topology.conf":
+    have_by_name = {t.name: t for t in have}
+    if [t.name for t in want] != [t.name for t in have]:
+        out.append(f"the controller runs topologies {', '.join(t.name for t in have) or '(none)'}; "
+                   f"{', '.join(t.name for t in want) or '(none)'} expected")
+    for w in want:
+        h = have_by_name.get(w.name)
+        if h is None:
+            continue
+        if (w.kind, w.cluster_default) != (h.kind, h.cluster_default):
+            out.append(f"topology {w.name} runs as {h.kind or 'no kind'}{' (cluster_default)' * h.cluster_default}; "
+                       f"{w.kind}{' (cluster_default)' * w.cluster_default} expected")
+        elif w.block_sizes != h.block_sizes:
+            out.append(f"topology {w.name} runs block_sizes {list(h.block_sizes)}; {list(w.block_sizes)} expected")
+        elif _blocks_differ(list(w.blocks), list(h.blocks)):
+            out.append(f"topology {w.name} runs {len(h.blocks)} blocks, {len(w.blocks)} expected"
+                       f"{_first_block_difference(list(w.blocks), list(h.blocks))}")
+    return out
+
+
+def rendered_topologies(desired: DesiredSlurm) -> list[LoadedTopology]:
+    """The topologies of the rendered topology.yaml, as the controller would show them."""
+    return [LoadedTopology(t.name, t.cluster_default, "block", t.block_sizes,
+                           tuple((b.name, b.nodes) for b in t.blocks)) for t in desired.topologies]
+
+
+def verify_loaded(intent: Intent, desired: DesiredSlurm, version: tuple[int, ...]) -> list[str]:
+    """After a reload of the controller of ``version``: what it runs that differs from what was
+    rendered; empty when equal. topology.conf: every block in position order, every node, the
+    block sizes. topology.yaml: every topology (``topology_differences``) and each partition's
+    ``Topology=``; a controller older than 25.05 cannot have loaded it. Partitions' nodes always."""
+    yaml_file = intent.slurm.topology_file == "topology.yaml"
+    if yaml_file and version[:2] < slurm_controller.TOPOCONF_SINCE:
+        return [f"the controller runs Slurm {slurm_controller.version_text(version)}, which never reads topology.yaml"]
+    loaded = slurm_controller.read_loaded(topoconf=yaml_file)
+    blocks, sizes, partitions = loaded.blocks, loaded.block_sizes, loaded.partitions
+    out = []
+    if loaded.topologies is not None:
+        out += topology_differences(rendered_topologies(desired), loaded.topologies)
+        for p in desired.partitions:
+            topology = loaded.partition_topology.get(p.spec.partition)
+            if p.topology and topology is not None and topology != p.topology:
+                out.append(f"partition {p.spec.partition} runs Topology={topology or '(unset)'}, {p.topology} was "
+                           "rendered")
+    else:
         want = [(b.name, b.nodes) for b in desired.blocks]
         if _blocks_differ(want, blocks):
             out.append(f"the controller runs {len(blocks)} blocks, {len(want)} were rendered"

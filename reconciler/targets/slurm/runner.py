@@ -240,14 +240,15 @@ class SlurmPass:
             intent, self.files, self.live, self.ctx.state, tuple((b.name, b.nodes) for b in desired.blocks),
             reload=settings.reload,
             imex_addresses=tuple((n.host, n.address) for n in desired.imex_nodes if n.address != n.host),
-            verify=(lambda: controllercheck.verify_loaded(intent, desired)) if ctl is not None else None,
+            verify=(lambda: controllercheck.verify_loaded(intent, desired, ctl.version)) if ctl is not None else None,
             log_file=ctl.config.get("SlurmctldLogFile", "") if ctl is not None else "",
             force_reload=bool(plan.slurm and plan.slurm.controller_changes))
         calls = self._apply_node_states(resliced=bool(result.written) and ctl is not None)
         if result.written:
             how = f"reloaded with `{' '.join(intent.slurm.reload)}`" if result.reloaded else "not reloaded (--no-reload)"
             if result.reloaded and ctl is not None:
-                how += "; the controller runs the rendered blocks and partitions (verified)"
+                what = "topologies" if intent.slurm.topology_file == "topology.yaml" else "blocks"
+                how += f"; the controller runs the rendered {what} and partitions (verified)"
             print(f"Apply complete: wrote {', '.join(result.written)} in {display_path(intent.slurm.config_dir)}; "
                   f"{how}.")
         elif result.reloaded:
@@ -304,8 +305,11 @@ def _controller_digest(ctl: Controller | None, view: ControllerView | None, conf
     if ctl is None or view is None:
         return NOT_READ
     d = Digest()
+    topologies = None if ctl.topologies is None else [[t.name, t.cluster_default, t.kind, t.block_sizes, t.blocks]
+                                                      for t in ctl.topologies]
     loaded = canonical({"version": ctl.version_text, "blocks": ctl.blocks, "block_sizes": ctl.block_sizes,
-                        "partitions": ctl.partitions, "config": ctl.config,
+                        "partitions": ctl.partitions, "config": ctl.config, "topologies": topologies,
+                        "partition_topology": ctl.partition_topology,
                         "qos": sorted(ctl.qos) if ctl.qos is not None else None,
                         "busy": [(b["node"], b["jobs"]) for b in view.busy]})
     d.add("controller", loaded.replace(str(config_dir).encode(), CONFIG_DIR))  # Prolog* settings name it

@@ -96,11 +96,23 @@ def check(intent: Intent, section: dict[str, Any] | None, shown: str) -> None:
                          f"{display_path(intent.slurm.config_dir)}", file=shown,
                          hint="pass the snapshot's dir with --slurm-config-dir, or " + AGAIN)
     ctl = section["controller"]
-    missing = [" ".join(c) for c in slurm_controller.READ_COMMANDS if ctl["read"]
-               and " ".join(c) not in ctl["commands"]]
+    needed = list(slurm_controller.READ_COMMANDS)
+    if ctl["read"] and _recorded_version(ctl["commands"])[:2] >= slurm_controller.TOPOCONF_SINCE:
+        needed.append(slurm_controller.TOPOCONF)
+    missing = [" ".join(c) for c in needed if ctl["read"] and " ".join(c) not in ctl["commands"]]
     if missing:
         raise InputError(f"the snapshot read the controller but holds no answer of `{missing[0]}`", file=shown,
                          field="slurm.controller.commands", hint=AGAIN)
+
+
+def _recorded_version(commands: dict[str, dict[str, str]]) -> tuple[int, int, int]:
+    """The release the snapshot's ``scontrol --version`` answer names; (0, 0, 0) when it has none
+    (the missing answer is then what ``check`` reports)."""
+    answer = commands.get("scontrol --version", {}).get("stdout")
+    try:
+        return slurm_controller.parse_version(answer) if isinstance(answer, str) else (0, 0, 0)
+    except TargetError:
+        return (0, 0, 0)
 
 
 class Replay:
