@@ -192,6 +192,8 @@ _TABLE = (
           "--drain-first)"),
     _code("qos-unchecked", _W, TIER, _S, "a tier's QoS could not be checked (no slurmdbd answered)"),
     _code("qos-unknown", _E, TIER, _S, "a tier's QoS does not exist in slurmdbd"),
+    _code("qos-without-accounting", _E, TIER, _S, "a tier's QoS, on a Slurm that refuses partition QoS without "
+          "slurmdbd"),
     _code("settings-not-loaded", _W, TARGET, _S, "rackctl's settings are written but slurmctld runs otherwise"),
     _code("slurm-version-mismatch", _W, TARGET, _S, "the controller runs another Slurm than targets.slurm.version"),
     _code("topology-not-compared", _I, TARGET, _S, "the loaded topology.yaml is not compared with the controller"),

@@ -116,7 +116,7 @@ def pytest_generate_tests(metafunc):
     from slurmbed import BED_VERSIONS
 
     mark = metafunc.definition.get_closest_marker("slurm_versions")
-    versions = list(mark.args) if mark else ["24.11"]  # until the 24.11 tests are ported to 26.05
+    versions = list(mark.args) if mark else list(BED_VERSIONS)
     assert set(versions) <= set(BED_VERSIONS), versions
     metafunc.parametrize("slurm_version", versions, scope="function")
 

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from clihelp import rackctl
+
+from reconciler.intent import slurmrules
+from reconciler.text import hostlist
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-testbed"
@@ -29,6 +35,8 @@ BED_CACHE = Path(os.environ.get("RACKCTL_TESTBED_CACHE") or Path(os.environ.get(
                  or Path.home() / ".cache") / "rackctl")
 #: Slurm version -> the Debian suite whose root the bed runs it from (scripts/slurm-testbed).
 BED_VERSIONS = {"24.11": "trixie", "26.05": "forky"}
+#: Slurm version -> the release its Debian root carries, as ``scontrol --version`` prints it.
+BED_RELEASES = {"24.11": "24.11.5", "26.05": "26.05.5"}
 
 
 def unavailable_reason(version: str) -> str | None:
@@ -66,6 +74,7 @@ class SlurmBed:
         self.version = version
         self.config_dir = self.dir / "etc"
         self.bin = self.dir / "bin"
+        self.nodes = hostlist.compress(hostlist.expand(nodes))
         self._script("start", str(self.dir), "--nodes", nodes, "--version", version, "--topology-file", topology_file)
 
     @property
@@ -103,6 +112,12 @@ class SlurmBed:
                 return job_id
             time.sleep(0.2)
         raise AssertionError(f"job {job_id} got no nodes within {timeout_s} s")
+
+    @property
+    def placeholder_blocks(self) -> list[tuple[str, str]]:
+        """The blocks the controller runs before rackctl's are loaded: none on 24.11; on 26.05, which
+        refuses a block topology without blocks, one block of every node (``scripts/slurm-testbed``)."""
+        return [] if self.version == "24.11" else [("bed-placeholder", self.nodes)]
 
     def ping(self) -> bool:
         return "is UP" in self.run("scontrol", "ping", check=False).stdout
@@ -181,7 +196,8 @@ class Live:
         return lines
 
     def blocks(self) -> list[tuple[str, str]]:
-        return [(line.split()[0].split("=")[1], line.split()[2].split("=")[1])
+        """(name, nodes) of each block the controller runs, the nodes as one compressed hostlist."""
+        return [(line.split()[0].split("=")[1], hostlist.compress(hostlist.expand(line.split()[2].split("=")[1])))
                 for line in self.bed.topology().splitlines() if line.startswith("BlockName=")]
 
 
@@ -200,3 +216,30 @@ def set_health(intent: Path, host: str, healthy: bool) -> None:
                 gpu["fabric"]["healthSummary"] = "Healthy" if healthy else "Unhealthy"
                 gpu["fabric"]["healthMask"] = 0 if healthy else 4506
     inv.write_text(json.dumps(doc))
+
+
+def for_bed(intent: Path, version: str) -> Path:
+    """Adapt the intent file ``intent`` (in place, as text: tests edit it further by text) to a bed
+    of ``version``: it renders for that release, and where that release refuses partition QoS
+    without slurmdbd (the bed runs none: ``slurmrules.PARTITION_QOS_CHECKED``) its tiers name no
+    QoS. Returns ``intent``."""
+    text = re.sub(r'(?m)^(\s*version: )"?[\d.]+"?$', rf'\g<1>"{version}"', intent.read_text())
+    text = re.sub(r'(targets: {slurm: {version: )"?[\d.]+"?', rf'\g<1>"{version}"', text)
+    if slurmrules.PARTITION_QOS_CHECKED.holds(tuple(map(int, version.split(".")))):
+        text = re.sub(r"(?m)^\s+(qos|allowQos): .*\n", "", text)  # block style
+        text = re.sub(r",\s*(qos: [^,}]+|allowQos: \[[^\]]*\])", "", text)  # flow style
+    if "targets" not in yaml.safe_load(text):
+        text += f'targets: {{slurm: {{version: "{version}"}}}}\n'
+    doc = yaml.safe_load(text)
+    assert doc["targets"]["slurm"]["version"] == version, f"{intent}: no targets.slurm.version to set"
+    assert not any({"qos", "allowQos"} & set(t.get("slurm", {})) for t in doc["tiers"]) or \
+        not slurmrules.PARTITION_QOS_CHECKED.holds(tuple(map(int, version.split(".")))), f"{intent}: QoS left"
+    intent.write_text(text)
+    return intent
+
+
+def bed_example(name: str, dest: Path, version: str) -> Path:
+    """Copy the bundled example ``name`` to ``dest`` and adapt it to a bed of ``version``
+    (``for_bed``). Returns the copied intent file."""
+    shutil.copytree(ROOT / "examples" / name, dest)
+    return for_bed(dest / "intent.yaml", version)

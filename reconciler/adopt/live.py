@@ -21,6 +21,7 @@ from pathlib import Path
 from reconciler.diagnostics import WARNING, Diagnostic
 from reconciler.errors import InputError, RackctlError
 from reconciler.ids import BlockName, Hostname
+from reconciler.intent import slurmrules
 from reconciler.intent.model import IMEX_SCRIPTS, SlurmTarget
 from reconciler.targets.slurm import slurmconf, target as slurm_target
 from reconciler.targets.slurm.target import LiveSlurm, PartitionLine
@@ -102,8 +103,8 @@ def read_config(config_dir: Path, version: str | None = None) -> LiveConfig:
     if m is None:
         raise InputError(f"{text!r}; expected a Slurm release like 24.11", field="--version")
     release = (int(m.group(1)), int(m.group(2)))
-    uses_yaml = has_yaml and (release >= (25, 5) or not has_conf)
-    if uses_yaml and release < (25, 5):
+    uses_yaml = has_yaml and (slurmrules.TOPOLOGY_YAML.holds(release) or not has_conf)
+    if uses_yaml and not slurmrules.TOPOLOGY_YAML.holds(release):
         raise InputError(f"{where}/topology.yaml is Slurm 25.05+'s topology file; Slurm {text} never reads it",
                          field="--version", hint="pass --version 25.05 (or the release the controller runs)")
     topology = "topology.yaml" if uses_yaml else "topology.conf"

@@ -19,6 +19,7 @@ from typing import Any
 
 from reconciler.errors import InputError
 from reconciler.ids import Hostname
+from reconciler.intent import slurmrules
 from reconciler.text import hostlist, schemas
 from reconciler.text.duration import duration_s
 from reconciler.text.yamlsource import MAX_YAML_BYTES, Path_, SourceMap, display_path, load_yaml_text, read_text
@@ -332,7 +333,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
         reload=tuple(slurm_data.get("reload", ["scontrol", "reconfigure"])),
         imex=_imex_settings(slurm_data.get("imex", {}), smap),
     )
-    if slurm.topology_file == "topology.yaml" and slurm.version < (25, 5):
+    if slurm.topology_file == "topology.yaml" and not slurmrules.TOPOLOGY_YAML.holds(slurm.version):
         raise smap.error(("targets", "slurm", "topologyFile"),
                          f"topology.yaml needs Slurm 25.05 or newer; version is {slurm.version_text}",
                          hint="use topologyFile: topology.conf for Slurm 24.11")
@@ -703,7 +704,7 @@ def _check_block_sizes(intent: Intent) -> None:
         by_size = {s: [r.name for r in intent.racks if r.slice_size == s] for s in sorted(sizes)}
         detail = "; ".join(f"{s} trays: {', '.join(n)}" for s, n in by_size.items())
         if intent.slurm.topology_file != "topology.yaml":
-            where = (f"Slurm {intent.slurm.version_text}" if intent.slurm.version < (25, 5)
+            where = (f"Slurm {intent.slurm.version_text}" if not slurmrules.TOPOLOGY_YAML.holds(intent.slurm.version)
                      else f"topology.conf on Slurm {intent.slurm.version_text}")
             raise intent.source.error(("racks",), f"slices of different sizes ({detail}); {where} has one "
                                       "BlockSizes for the whole cluster",

@@ -34,6 +34,7 @@ from typing import Any, Callable, Protocol, TypeVar
 from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun, deadline
 from reconciler.ids import BlockName, Hostname
+from reconciler.intent import slurmrules
 from reconciler.layout.model import REASON_PREFIX
 from reconciler.layout.nodestates import LiveState
 from reconciler.text import hostlist
@@ -48,8 +49,6 @@ CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilo
 
 _T = TypeVar("_T")
 _TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+(?:Nodes=(\S*)\s+)?BlockSize=(\d+)")
-#: The first release with ``scontrol show topoconf`` (Slurm's CHANGELOG/slurm-25.05.md, 25.05.0).
-TOPOCONF_SINCE = (25, 5)
 TOPOCONF = ("scontrol", "show", "topoconf")
 #: topology.yaml(5)'s topology kinds, each a key of every topology ``show topoconf`` prints.
 TOPOLOGY_KINDS = ("block", "flat", "ring", "torus3d", "tree")
@@ -142,12 +141,7 @@ class Controller:
     @property
     def version_text(self) -> str:
         """The release as Slurm writes it: ``26.05.5``."""
-        return version_text(self.version)
-
-
-def version_text(version: tuple[int, ...]) -> str:
-    """``(26, 5, 5)`` -> ``26.05.5``, ``(25, 11)`` -> ``25.11``: Slurm's own spelling."""
-    return ".".join([str(version[0]), f"{version[1]:02d}", *map(str, version[2:])])
+        return slurmrules.release_text(self.version)
 
 
 class Runner(Protocol):
@@ -232,7 +226,7 @@ def read_controller(run_command: Runner = run) -> Controller:
     jobs = _parsed(["squeue", "--json"], parse_jobs, run_command)
     config = parse_config(run_command(["scontrol", "show", "config"]))
     ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config,
-                     topologies=_topoconf(run_command) if version[:2] >= TOPOCONF_SINCE else None,
+                     topologies=_topoconf(run_command) if slurmrules.SHOW_TOPOCONF.holds(version) else None,
                      partition_topology=partition_topology)
     for job in jobs:
         if set(job.states) & BUSY_JOB_STATES:

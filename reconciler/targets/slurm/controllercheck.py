@@ -14,6 +14,7 @@ from typing import Any
 from reconciler.diagnostics import ERROR, INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.ids import BlockName, Hostname
+from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent
 from reconciler.plan.model import ControllerView
 from reconciler.targets.slurm import controller as slurm_controller
@@ -31,7 +32,7 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
         view.diagnostics.append(Diagnostic(WARNING, "slurm-version-mismatch", f"the controller runs Slurm "
                                            f"{ctl.version_text}; the intent renders for {t.version_text} "
                                            "(set targets.slurm.version)", "targets.slurm.version"))
-    if intent.imex == "per-job" and ctl.version < (24, 5, 2):
+    if intent.imex == "per-job" and not slurmrules.IMEX_PLUGIN_FIXED.holds(ctl.version):
         view.diagnostics.append(Diagnostic(WARNING, "imex-plugin-old", f"the controller runs Slurm {ctl.version_text}: "
                                            "switch/nvidia_imex before 24.05.2 has CVE-2024-42511 and is skipped when "
                                            "job_container/tmpfs is configured; upgrade for per-job IMEX", "policy.imex"))
@@ -155,10 +156,16 @@ def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
     named = {q: t.name for t in intent.tiers for q in ((t.slurm.qos,) if t.slurm.qos else ()) + t.slurm.allow_qos}
     if not named:
         return []
+    if ctl.qos is None and slurmrules.PARTITION_QOS_CHECKED.holds(ctl.version):
+        rule = slurmrules.PARTITION_QOS_CHECKED
+        return [Diagnostic(ERROR, "qos-without-accounting", f"tier {tier}: QoS {q} cannot be set with no slurmdbd "
+                           f"answering ({ctl.qos_unchecked}): Slurm {ctl.version_text} {rule.what} "
+                           f"({rule.evidence}); start slurmdbd with the QoS, or drop qos and allowQos from the tier",
+                           tier) for q, tier in sorted(named.items())]
     if ctl.qos is None:
         return [Diagnostic(WARNING, "qos-unchecked", f"QoS {', '.join(sorted(named))} could not be checked "
-                           f"(no slurmdbd answered: {ctl.qos_unchecked}); without accounting Slurm does not "
-                           "enforce partition QoS", "tiers")]
+                           f"(no slurmdbd answered: {ctl.qos_unchecked}); without accounting Slurm "
+                           f"{ctl.version_text} does not enforce partition QoS", "tiers")]
     return [Diagnostic(ERROR, "qos-unknown", f"tier {tier}: QoS {q} does not exist in slurmdbd (an unknown "
                        "partition QoS is fatal to slurmctld); create it with `sacctmgr add qos` first", tier)
             for q, tier in sorted(named.items()) if q not in ctl.qos]
@@ -200,8 +207,8 @@ def verify_loaded(intent: Intent, desired: DesiredSlurm, version: tuple[int, ...
     block sizes. topology.yaml: every topology (``topology_differences``) and each partition's
     ``Topology=``; a controller older than 25.05 cannot have loaded it. Partitions' nodes always."""
     yaml_file = intent.slurm.topology_file == "topology.yaml"
-    if yaml_file and version[:2] < slurm_controller.TOPOCONF_SINCE:
-        return [f"the controller runs Slurm {slurm_controller.version_text(version)}, which never reads topology.yaml"]
+    if yaml_file and not slurmrules.TOPOLOGY_YAML.holds(version):
+        return [f"the controller runs Slurm {slurmrules.release_text(version)}, which never reads topology.yaml"]
     loaded = slurm_controller.read_loaded(topoconf=yaml_file)
     blocks, sizes, partitions = loaded.blocks, loaded.block_sizes, loaded.partitions
     out = []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from reconciler.errors import InputError, TargetError
+from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent
 from reconciler.plan.provenance import resolve, where
 from reconciler.targets.protocol import SNAPSHOT_AGAIN as AGAIN
@@ -97,7 +98,7 @@ def check(intent: Intent, section: dict[str, Any] | None, shown: str) -> None:
                          hint="pass the snapshot's dir with --slurm-config-dir, or " + AGAIN)
     ctl = section["controller"]
     needed = list(slurm_controller.READ_COMMANDS)
-    if ctl["read"] and _recorded_version(ctl["commands"])[:2] >= slurm_controller.TOPOCONF_SINCE:
+    if ctl["read"] and slurmrules.SHOW_TOPOCONF.holds(_recorded_version(ctl["commands"])):
         needed.append(slurm_controller.TOPOCONF)
     missing = [" ".join(c) for c in needed if ctl["read"] and " ".join(c) not in ctl["commands"]]
     if missing:

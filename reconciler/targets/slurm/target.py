@@ -23,6 +23,7 @@ from reconciler.errors import RackctlError, TargetError
 from reconciler.guard import boundedrun
 from reconciler.guard.safedir import SafeDir, check_private
 from reconciler.ids import BlockName, Hostname, SliceName
+from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.model import History, rack_of
 from reconciler.state import journal
@@ -178,7 +179,7 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, Slice
     cdir = display_path(live.config_dir)
     stray_yaml = display_path(live.config_dir / "topology.yaml")
     stray_conf = display_path(live.config_dir / "topology.conf")
-    if live.stray_topology_yaml and t.version >= (25, 5):
+    if live.stray_topology_yaml and slurmrules.TOPOLOGY_YAML.holds(t.version):
         diags.append(Diagnostic(ERROR, "stray-topology-yaml", f"{stray_yaml} exists next to the managed topology.conf; "
                                 f"Slurm {t.version_text} reads topology.yaml first and then ignores topology.conf, so "
                                 f"the blocks rackctl renders would never be used; move topology.yaml out of {cdir}, or "

@@ -9,17 +9,11 @@ from pathlib import Path
 
 import pytest
 from clihelp import ROOT, rackctl
-from slurmbed import Live, set_health, slurm_writes
+from slurmbed import BED_RELEASES, Live, bed_example, for_bed, set_health, slurm_writes
 
 from reconciler.text import hostlist
 
 EXAMPLES = ROOT / "examples"
-
-
-def _copy_example(name: str, tmp: Path) -> Path:
-    dst = tmp / name
-    shutil.copytree(EXAMPLES / name, dst)
-    return dst / "intent.yaml"
 
 
 @pytest.mark.parametrize("example, nodes, blocks", [
@@ -29,9 +23,9 @@ def _copy_example(name: str, tmp: Path) -> Path:
     ("two-racks-whole", "gb-a[01-02]-n[01-18]", [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]),
     ("rack-cliques", "gb-r02-n[01-18]", [("r02-c1", "gb-r02-n[01-09]"), ("r02-c2", "gb-r02-n[10-18]")]),
 ])
-def test_every_example_applies_verifies_and_the_second_apply_touches_nothing(slurm_bed, tmp_path, example,
+def test_every_example_applies_verifies_and_the_second_apply_touches_nothing(slurm_bed, slurm_version, tmp_path, example,
                                                                             nodes, blocks):
-    live = Live(slurm_bed(nodes), tmp_path, EXAMPLES / example / "intent.yaml")
+    live = Live(slurm_bed(nodes), tmp_path, bed_example(example, tmp_path / example, slurm_version))
     res = live.run("apply")
     assert res.rc == 0, res
     assert "the controller runs the rendered blocks and partitions (verified)" in res.out
@@ -46,17 +40,17 @@ def test_every_example_applies_verifies_and_the_second_apply_touches_nothing(slu
     assert again.out.startswith("No changes.")
     assert slurm_writes(live.calls()) == []  # no reconfigure, no node update
     plan = live.plan_json()
-    assert plan["controller"]["loaded"] is True and plan["controller"]["version"] == "24.11.5"
+    assert plan["controller"]["loaded"] is True and plan["controller"]["version"] == BED_RELEASES[slurm_version]
     assert plan["changes"] == []
 
 
-def test_a_simulated_8_rack_fleet_is_applied_and_verified(slurm_bed, tmp_path):
+def test_a_simulated_8_rack_fleet_is_applied_and_verified(slurm_bed, slurm_version, tmp_path):
     intent = tmp_path / "fleet" / "intent.yaml"
     intent.parent.mkdir()
     sim = rackctl("simulate", "--racks", "8", "--cliques", "2", "--out", intent.parent / "inventory.json",
                   "--intent", intent, "--collected-at", "2026-11-30T00:00:00Z")
     assert sim.rc == 0, sim
-    text = intent.read_text()
+    text = for_bed(intent, slurm_version).read_text()
     hosts = sorted({n["hostname"] for n in json.loads((intent.parent / "inventory.json").read_text())["nodes"]},
                    key=hostlist.natural_key)
     assert len(hosts) == 144
@@ -70,8 +64,8 @@ def test_a_simulated_8_rack_fleet_is_applied_and_verified(slurm_bed, tmp_path):
     assert live.run("apply", "--allow-stale-inventory").out.startswith("No changes.")
 
 
-def test_a_hand_edit_is_drift_and_apply_corrects_it(slurm_bed, tmp_path):
-    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, EXAMPLES / "two-racks-whole" / "intent.yaml")
+def test_a_hand_edit_is_drift_and_apply_corrects_it(slurm_bed, slurm_version, tmp_path):
+    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version))
     assert live.run("apply").rc == 0
     topo = live.bed.config_dir / "topology.conf"
     topo.write_text(topo.read_text().replace("BlockName=a02 ", "BlockName=spare "))
@@ -87,10 +81,10 @@ def test_a_hand_edit_is_drift_and_apply_corrects_it(slurm_bed, tmp_path):
     assert live.blocks() == [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]
 
 
-def test_files_written_but_not_loaded_are_reloaded(slurm_bed, tmp_path):
-    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, EXAMPLES / "two-racks-whole" / "intent.yaml")
+def test_files_written_but_not_loaded_are_reloaded(slurm_bed, slurm_version, tmp_path):
+    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version))
     assert live.run("apply", "--no-reload").rc == 0
-    assert live.blocks() == []  # written, not loaded
+    assert live.blocks() == live.bed.placeholder_blocks  # written, not loaded
     plan = live.plan_json()
     assert plan["controller"]["loaded"] is False
     assert [c["address"] for c in plan["changes"]] == ["slurm/controller/reconfigure"]
@@ -103,8 +97,8 @@ def test_files_written_but_not_loaded_are_reloaded(slurm_bed, tmp_path):
     assert live.blocks() == [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]
 
 
-def test_a_change_the_controller_rejects_is_rolled_back_and_the_old_topology_stays_live(slurm_bed, tmp_path):
-    intent = _copy_example("two-racks-whole", tmp_path)
+def test_a_change_the_controller_rejects_is_rolled_back_and_the_old_topology_stays_live(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version)
     live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, intent)
     assert live.run("apply").rc == 0
     before = {n: (live.bed.config_dir / n).read_bytes() for n in ("topology.conf", "rackctl.conf")}
@@ -119,14 +113,14 @@ def test_a_change_the_controller_rejects_is_rolled_back_and_the_old_topology_sta
     assert live.blocks() == [("a01", "gb-a01-n[01-18]"), ("a02", "gb-a02-n[01-18]")]
 
 
-def test_an_unchanged_live_topology_after_reload_is_a_rejection(slurm_bed, tmp_path):
-    intent = _copy_example("two-racks-whole", tmp_path)
+def test_an_unchanged_live_topology_after_reload_is_a_rejection(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version)
     # A reload command that succeeds but loads nothing: verification must catch it.
     intent.write_text(intent.read_text().replace('reload: ["scontrol", "reconfigure"]', 'reload: ["true"]'))
     live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, intent)
     res = live.run("apply")
     assert res.rc == 1, res
-    assert "rejected: the controller runs 0 blocks, 2 were rendered" in res.err
+    assert f"rejected: the controller runs {len(live.bed.placeholder_blocks)} blocks, 2 were rendered" in res.err
     assert not (live.bed.config_dir / "rackctl.conf").read_text().startswith("# rackctl.conf")
 
 
@@ -135,8 +129,8 @@ def _damping(intent: Path, resume_after: str) -> None:
         "    minHealthyShare: 0.75\n", f"    minHealthyShare: 0.75\n    drainAfterPasses: 2\n    resumeAfter: {resume_after}\n"))
 
 
-def test_an_unhealthy_tray_is_drained_after_damping_and_resumed_when_healthy(slurm_bed, tmp_path):
-    intent = _copy_example("rack-cliques", tmp_path)
+def test_an_unhealthy_tray_is_drained_after_damping_and_resumed_when_healthy(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("rack-cliques", tmp_path / "rack-cliques", slurm_version)
     _damping(intent, "0s")
     live = Live(slurm_bed("gb-r02-n[01-18]"), tmp_path, intent)
     first = live.run("apply", "--allow-stale-inventory")
@@ -160,8 +154,8 @@ def test_an_unhealthy_tray_is_drained_after_damping_and_resumed_when_healthy(slu
     assert slurm_writes(live.calls()) == ["scontrol update nodename=gb-r02-n05 state=RESUME"]
 
 
-def test_resume_waits_for_the_healthy_time_and_an_operators_drain_is_left_alone(slurm_bed, tmp_path):
-    intent = _copy_example("rack-cliques", tmp_path)
+def test_resume_waits_for_the_healthy_time_and_an_operators_drain_is_left_alone(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("rack-cliques", tmp_path / "rack-cliques", slurm_version)
     _damping(intent, "1h")
     live = Live(slurm_bed("gb-r02-n[01-18]"), tmp_path, intent)
     live.bed.run("scontrol", "update", "nodename=gb-r02-n05", "state=drain", "reason=rackctl: unhealthy")
@@ -187,7 +181,7 @@ def test_resume_waits_for_the_healthy_time_and_an_operators_drain_is_left_alone(
     assert rows["gb-r02-n12"]["action"] == "operator"
 
 
-def _reslice_intent(tmp: Path, first: str, second: str) -> Path:
+def _reslice_intent(tmp: Path, first: str, second: str, version: str) -> Path:
     shutil.copytree(EXAMPLES / "two-racks-whole" / "inventory", tmp / "inventory")
     intent = tmp / "intent.yaml"
     intent.write_text(f"""apiVersion: rackctl.dev/v1alpha1
@@ -201,13 +195,13 @@ racks:
 tiers:
   - {{name: prod, slices: [a01], slurm: {{partition: gb200}}}}
 policy: {{maxJobSpan: slice}}
-targets: {{slurm: {{version: "24.11"}}}}
+targets: {{slurm: {{version: "{version}"}}}}
 """)
     return intent
 
 
-def test_a_reslice_over_a_busy_tray_is_refused_unless_drain_first(slurm_bed, tmp_path):
-    intent = _reslice_intent(tmp_path, "gb-a01-n[01-09]", "gb-a01-n[10-18]")
+def test_a_reslice_over_a_busy_tray_is_refused_unless_drain_first(slurm_bed, slurm_version, tmp_path):
+    intent = _reslice_intent(tmp_path, "gb-a01-n[01-09]", "gb-a01-n[10-18]", slurm_version)
     live = Live(slurm_bed("gb-a01-n[01-18]"), tmp_path, intent)
     assert live.run("apply", "--allow-stale-inventory").rc == 0, live.run("plan")
     job_id = str(live.bed.submit_holding("-p", "gb200", "-w", "gb-a01-n[08-09]"))
@@ -236,20 +230,35 @@ def test_a_reslice_over_a_busy_tray_is_refused_unless_drain_first(slurm_bed, tmp
     assert "DRAIN" not in live.bed.node_state("gb-a01-n09")[0]  # resumed once the re-slice is live
 
 
-def test_a_version_mismatch_and_unchecked_qos_are_warned(slurm_bed, tmp_path):
-    intent = _copy_example("two-racks-whole", tmp_path)
+def test_a_version_mismatch_is_warned_and_qos_without_slurmdbd_is_judged_by_the_release(slurm_bed, slurm_version,
+                                                                                        tmp_path):
+    intent = tmp_path / "two-racks-whole" / "intent.yaml"
+    shutil.copytree(EXAMPLES / "two-racks-whole", intent.parent)  # with its QoS: the bed runs no slurmdbd
+    intent.write_text(intent.read_text().replace('version: "24.11"', f'version: "{slurm_version}"'))
     live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, intent)
-    codes = {d["code"]: d["message"] for d in live.plan_json()["diagnostics"]}
+    res = live.run("plan", "--format", "json")
+    assert res.rc == (2 if slurm_version == "24.11" else 1), res
+    plan = json.loads(res.out)
+    codes = {d["code"]: d["message"] for d in plan["diagnostics"]}
     assert "slurm-version-mismatch" not in codes
-    assert "QoS gb200-limits, high, normal could not be checked" in codes["qos-unchecked"]
-    intent.write_text(intent.read_text().replace('version: "24.11"', 'version: "25.05"'))
-    codes = {d["code"]: d["message"] for d in live.plan_json()["diagnostics"]}
-    assert codes["slurm-version-mismatch"] == ("the controller runs Slurm 24.11.5; the intent renders for 25.05 "
-                                               "(set targets.slurm.version)")
+    if slurm_version == "24.11":  # measured: 24.11.5 loads a partition QoS it does not have, unenforced
+        assert "QoS gb200-limits, high, normal could not be checked" in codes["qos-unchecked"]
+        assert "qos-without-accounting" not in codes
+    else:  # measured: 26.05.5 refuses it, and a reconfigure that meets one fails
+        errors = [d for d in plan["diagnostics"] if d["code"] == "qos-without-accounting"]
+        assert [(d["severity"], d["subject"]) for d in errors] == [("error", "prod")] * 3, errors
+        assert errors[0]["message"].startswith("tier prod: QoS gb200-limits cannot be set with no slurmdbd answering")
+        assert "Slurm 26.05.5 refuses a partition whose QOS= or AllowQOS= names a QoS" in errors[0]["message"]
+        assert live.run("apply").rc == 1
+    other = "25.05" if slurm_version == "24.11" else "24.11"
+    intent.write_text(intent.read_text().replace(f'version: "{slurm_version}"', f'version: "{other}"'))
+    codes = {d["code"]: d["message"] for d in json.loads(live.run("plan", "--format", "json").out)["diagnostics"]}
+    assert codes["slurm-version-mismatch"] == (f"the controller runs Slurm {BED_RELEASES[slurm_version]}; the intent "
+                                               f"renders for {other} (set targets.slurm.version)")
 
 
-def test_a_controller_that_does_not_answer_is_an_error_not_an_empty_plan(slurm_bed, tmp_path):
-    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, EXAMPLES / "two-racks-whole" / "intent.yaml")
+def test_a_controller_that_does_not_answer_is_an_error_not_an_empty_plan(slurm_bed, slurm_version, tmp_path):
+    live = Live(slurm_bed("gb-a[01-02]-n[01-18]"), tmp_path, bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version))
     live.bed.stop()
     res = live.run("plan")
     assert res.rc == 1
@@ -258,11 +267,11 @@ def test_a_controller_that_does_not_answer_is_an_error_not_an_empty_plan(slurm_b
     assert offline.rc == 2, offline
 
 
-def test_a_controller_that_goes_down_during_apply_gets_the_old_files_back(slurm_bed, tmp_path):
+def test_a_controller_that_goes_down_during_apply_gets_the_old_files_back(slurm_bed, slurm_version, tmp_path):
     # The controller dies as the reload is sent (`scontrol reconfigure` cannot reach it): the
     # files are rolled back and apply exits 1. It is back (restarted) when rackctl reloads the
     # old files, and runs the old blocks and partition; the apply record still names the old files.
-    intent = _copy_example("two-racks-whole", tmp_path)
+    intent = bed_example("two-racks-whole", tmp_path / "two-racks-whole", slurm_version)
     bed = slurm_bed("gb-a[01-02]-n[01-18]")
     live = Live(bed, tmp_path, intent)
     assert live.run("apply").rc == 0
@@ -286,8 +295,9 @@ exec scontrol reconfigure
                       .replace('reload: ["scontrol", "reconfigure"]', f'reload: ["{reload}"]'))
     res = live.run("apply")
     assert res.rc == 1, res
-    assert "rejected: slurm_reconfigure error: Unable to contact slurm controller (connect failure); the files " \
-        "were rolled back and the old files were reloaded" in res.err, res
+    space = " " if slurm_version == "24.11" else ""  # as each scontrol writes it
+    assert f"rejected: slurm_reconfigure error:{space}Unable to contact slurm controller (connect failure); the " \
+        "files were rolled back and the old files were reloaded" in res.err, res
     assert {n: (bed.config_dir / n).read_bytes() for n in names} == before
     assert (live.state / "two-racks" / "applied.json").read_bytes() == record
     assert not (live.state / "two-racks" / "journal.json").exists()
