@@ -8,7 +8,10 @@ on slurmctld 24.11.5 (the test bed, ``scripts/slurm-testbed``), it exits 0 and p
 
     sbatch: Job 3 to start at 2026-11-30T07:52:55 using 1296 processors on nodes gb-r03-n[10-18] in partition gb200-train
 
-and when it cannot place the job, exits 1 with (also stderr)::
+26.05.5 (the bed's forky root) prints the same line with one more word after the time
+(``... to start at 2026-12-04T20:03:28 a using 1296 processors ...``, captured in
+``tests/data/slurm-26.05/probe-placed.txt``), so the parser allows one word there. When it
+cannot place the job, both exit 1 with (also stderr)::
 
     allocation failure: Requested node configuration is not available
 
@@ -77,7 +80,7 @@ SLICE, SLICE_REDUCED, TWO_SLICES, SEGMENT = "slice", "slice-reduced", "two-slice
 UNAVAILABLE_STATES = ("DRAIN", "DOWN", "FAIL", "FUTURE")
 FORMAT_VERSION = "1"
 
-_ANSWER = re.compile(r"Job (\d+) to start at (\S+) using (\d+) processors on nodes (\S+) in partition (\S+)")
+_ANSWER = re.compile(r"Job (\d+) to start at (\S+)(?: \S+)? using (\d+) processors on nodes (\S+) in partition (\S+)")
 
 #: ``argv -> (exit code, stdout, stderr)`` of one sbatch run.
 Submit = Callable[[list[str]], tuple[int, str, str]]

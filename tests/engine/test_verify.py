@@ -9,7 +9,7 @@ import re
 import shutil
 
 import pytest
-from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
+from clihelp import EXAMPLES_DIR, ROOT, assert_one_error, rackctl
 
 from reconciler.engine import verify
 from reconciler.fabric.model import build_fabric
@@ -94,6 +94,15 @@ def test_parse_answer_reads_the_measured_lines():
     assert b.message == "sbatch: error: invalid partition specified: nosuch | allocation failure: Invalid partition name specified"
     with pytest.raises(ValueError, match="exited 0 without a placement"):
         verify.parse_answer(0, "Submitted batch job 5\n", "")
+
+
+def test_parse_answer_reads_26_05s_lines():
+    data = ROOT / "tests" / "data" / "slurm-26.05"
+    a = verify.parse_answer(0, "", (data / "probe-placed.txt").read_text())
+    assert a.placed and a.job_id == 1 and a.start == "2026-12-04T20:03:28" and a.partition == "gb200-train"
+    assert a.nodes == tuple(f"gb-r03-n{i:02d}" for i in range(10, 19))
+    r = verify.parse_answer(1, "", (data / "probe-refused.txt").read_text())
+    assert not r.placed and r.message == "allocation failure: Requested node configuration is not available"
 
 
 def test_probe_command_is_a_whole_node_test_only_job():

@@ -1,4 +1,4 @@
-"""``rackctl verify slurm`` against a real slurmctld 24.11 (the test bed): every example applied
+"""``rackctl verify slurm`` against a real slurmctld, 24.11 and 26.05 (the test bed): every example applied
 and proven, drained trays never chosen, and a hand-written wrong topology failing loudly."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clihelp import EXAMPLES_DIR, assert_one_error, rackctl
-from slurmbed import TAKE_OVER
+from clihelp import assert_one_error, rackctl
+from slurmbed import BED_RELEASES, TAKE_OVER, bed_example
 
 from reconciler.text import hostlist
 
@@ -16,15 +16,15 @@ def R(text: str) -> list[str]:
     return hostlist.expand(text)
 
 
-def _apply(bed, example: str, state: Path):
-    res = rackctl("apply", "-f", EXAMPLES_DIR / example / "intent.yaml", "--slurm-config-dir", bed.config_dir,
+def _apply(bed, intent: Path, state: Path):
+    res = rackctl("apply", "-f", intent, "--slurm-config-dir", bed.config_dir,
                   "--state-dir", state, "--auto-approve", TAKE_OVER, env=bed.env)
     assert res.rc == 0, res
     return res
 
 
-def _verify(bed, example: str, state: Path, fmt: str = "json"):
-    res = rackctl("verify", "slurm", "-f", EXAMPLES_DIR / example / "intent.yaml", "--slurm-config-dir",
+def _verify(bed, intent: Path, state: Path, fmt: str = "json"):
+    res = rackctl("verify", "slurm", "-f", intent, "--slurm-config-dir",
                   bed.config_dir, "--state-dir", state, "--format", fmt, env=bed.env)
     assert "Traceback" not in res.err, res
     if fmt == "json":
@@ -40,12 +40,13 @@ def _nodes(row) -> set[str]:
     return set(R(row["nodes"])) if row["nodes"] else set()
 
 
-def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, tmp_path):
+def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("dc1-gb200", tmp_path / "site", slurm_version)
     bed = slurm_bed("gb-r[01-03]-n[01-18]")
-    _apply(bed, "dc1-gb200", tmp_path / "state")
-    res, doc = _verify(bed, "dc1-gb200", tmp_path / "state")
+    _apply(bed, intent, tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0, res
-    assert doc["result"] == "pass" and doc["slurm_version"] == "24.11.5" and doc["notes"] == []
+    assert doc["result"] == "pass" and doc["slurm_version"] == BED_RELEASES[slurm_version] and doc["notes"] == []
     assert doc["summary"] == {"pass": 10, "fail": 0, "not-placeable": 0, "skipped": 0}
     # Every slice of each tier was chosen exactly once by a slice-sized job, whole.
     train = _rows(doc, "gb200-train", "slice")
@@ -73,7 +74,7 @@ def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, tmp_path):
     # One drained tray: never chosen; its slice is the one left, and the largest job that fits
     # around it stays in that slice.
     bed.run("scontrol", "update", "nodename=gb-r01-n05", "state=drain", "reason=test")
-    res, doc = _verify(bed, "dc1-gb200", tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0, res
     assert all("gb-r01-n05" not in _nodes(r) for r in doc["probes"])
     train = _rows(doc, "gb200-train", "slice")
@@ -92,7 +93,7 @@ def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, tmp_path):
     drained = {"gb-r01-n05", "gb-r01-n12", "gb-r03-n01", "gb-r03-n18"}
     for h in sorted(drained - {"gb-r01-n05"}):
         bed.run("scontrol", "update", f"nodename={h}", "state=drain", "reason=test")
-    res, doc = _verify(bed, "dc1-gb200", tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0, res
     verdicts = [(r["probe"], r["verdict"]) for r in doc["probes"] if r["partition"] == "gb200-train"]
     assert verdicts == [("slice", "not-placeable"), ("slice-reduced", "pass"), ("two-slices", "not-placeable"),
@@ -104,15 +105,16 @@ def test_dc1_gb200_proven_then_drained_trays_never_chosen(slurm_bed, tmp_path):
     reduced = _rows(doc, "gb200-train", "slice-reduced")[0]
     assert reduced["node_count"] == 8 and len(reduced["slices"]) == 1
     assert _nodes(reduced) == set(R(want[reduced["slices"][0]])) - drained
-    res, _ = _verify(bed, "dc1-gb200", tmp_path / "state", "text")
+    res, _ = _verify(bed, intent, tmp_path / "state", "text")
     assert "NOT PLACEABLE slice         -: Slurm: allocation failure: Requested node configuration is not available" \
         in res.out
     assert res.out.rstrip().endswith("Verify: PASS — 5 passed, 0 failed, 3 not placeable, 0 skipped.")
 
 
-def test_dc1_gb200_wrong_topology_fails_loudly(slurm_bed, tmp_path):
+def test_dc1_gb200_wrong_topology_fails_loudly(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("dc1-gb200", tmp_path / "site", slurm_version)
     bed = slurm_bed("gb-r[01-03]-n[01-18]")
-    _apply(bed, "dc1-gb200", tmp_path / "state")
+    _apply(bed, intent, tmp_path / "state")
     # Blocks of 9 that cross racks r01 and r03: a hand edit no NVLink domain agrees with.
     (bed.config_dir / "topology.conf").write_text(
         "BlockName=x0 Nodes=gb-r01-n[01-05],gb-r03-n[01-04]\n"
@@ -125,7 +127,7 @@ def test_dc1_gb200_wrong_topology_fails_loudly(slurm_bed, tmp_path):
     bed.run("scontrol", "reconfigure")
     assert "BlockName=x1 BlockIndex=1 Nodes=gb-r01-n[06-09],gb-r03-n[05-09]" in bed.topology()
 
-    res, doc = _verify(bed, "dc1-gb200", tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 1, res
     assert doc["result"] == "fail"
     assert doc["notes"][0].startswith("the live topology differs from the desired one (live block(s) not as "
@@ -145,24 +147,25 @@ def test_dc1_gb200_wrong_topology_fails_loudly(slurm_bed, tmp_path):
     seg = _rows(doc, "gb200-train", "segment")[0]
     assert "mixes slices" in seg["why"] or seg["why"].startswith("Slurm refused it"), seg
 
-    res, _ = _verify(bed, "dc1-gb200", tmp_path / "state", "text")
+    res, _ = _verify(bed, intent, tmp_path / "state", "text")
     assert res.rc == 1
     assert f"  FAIL          slice         {first['nodes']}: a slice-sized job spans 2 slices" in res.out
     assert res.err.startswith("error: 4 placement probe(s) failed: gb200-train/slice, gb200-train/two-slices, "
                               "gb200-train/segment")
-    res, _ = _verify(bed, "dc1-gb200", tmp_path / "state", "markdown")
+    res, _ = _verify(bed, intent, tmp_path / "state", "markdown")
     assert res.rc == 1 and "| FAIL | train | gb200-train | slice |" in res.out
 
     # apply puts the rendered topology back; the proof passes again.
-    _apply(bed, "dc1-gb200", tmp_path / "state")
-    res, doc = _verify(bed, "dc1-gb200", tmp_path / "state")
+    _apply(bed, intent, tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0 and doc["summary"]["fail"] == 0, res
 
 
-def test_two_racks_whole_cluster_span(slurm_bed, tmp_path):
+def test_two_racks_whole_cluster_span(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("two-racks-whole", tmp_path / "site", slurm_version)
     bed = slurm_bed("gb-a[01-02]-n[01-18]")
-    _apply(bed, "two-racks-whole", tmp_path / "state")
-    res, doc = _verify(bed, "two-racks-whole", tmp_path / "state")
+    _apply(bed, intent, tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0, res
     assert [(r["probe"], r["verdict"]) for r in doc["probes"]] == [
         ("slice", "pass"), ("slice", "pass"), ("two-slices", "pass"), ("segment", "pass")]
@@ -175,12 +178,13 @@ def test_two_racks_whole_cluster_span(slurm_bed, tmp_path):
     assert seg["why"].startswith("2 segment(s) of 18, each inside one slice: a01, a02")
 
 
-def test_rack_cliques_drained_tray_in_a_one_slice_tier(slurm_bed, tmp_path):
+def test_rack_cliques_drained_tray_in_a_one_slice_tier(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("rack-cliques", tmp_path / "site", slurm_version)
     bed = slurm_bed("gb-r02-n[01-18]")
-    _apply(bed, "rack-cliques", tmp_path / "state")
+    _apply(bed, intent, tmp_path / "state")
     # gb-r02-n05 reports an Unhealthy fabric; drain it as the operator (or rackctl) would.
     bed.run("scontrol", "update", "nodename=gb-r02-n05", "state=drain", "reason=test")
-    res, doc = _verify(bed, "rack-cliques", tmp_path / "state")
+    res, doc = _verify(bed, intent, tmp_path / "state")
     assert res.rc == 0, res
     assert [(r["partition"], r["probe"], r["verdict"]) for r in doc["probes"]] == [
         ("gb200-train", "slice", "not-placeable"), ("gb200-train", "slice-reduced", "pass"),
@@ -197,7 +201,7 @@ def test_rack_cliques_drained_tray_in_a_one_slice_tier(slurm_bed, tmp_path):
 
     # A controller that does not answer is one clear error, never an empty proof.
     bed.stop()
-    res = rackctl("verify", "slurm", "-f", EXAMPLES_DIR / "rack-cliques" / "intent.yaml", "--slurm-config-dir",
+    res = rackctl("verify", "slurm", "-f", intent, "--slurm-config-dir",
                   bed.config_dir, "--state-dir", tmp_path / "state", "--format", "json", env=bed.env)
     err = assert_one_error(res)
     assert err.startswith("error: slurmctld is not answering `scontrol ping`")
