@@ -436,7 +436,7 @@ racks:
 tiers:
   - {{name: prod, slices: [a01], slurm: {{partition: gb200, maxTime: "{max_time}"}}}}
 policy: {{maxJobSpan: slice}}
-targets: {{slurm: {{version: "24.11"}}}}
+targets: {{slurm: {{version: "{version}"}}}}
 """
 BED_OLD = {"s0": "gb-a01-n[01-09]", "s1": "gb-a01-n[10-18]", "max_time": "2-00:00:00"}
 BED_NEW = {"s0": "gb-a01-n[01-08,10]", "s1": "gb-a01-n[09,11-18]", "max_time": "3-00:00:00"}
@@ -447,7 +447,8 @@ BED_NEW = {"s0": "gb-a01-n[01-08,10]", "s1": "gb-a01-n[09,11-18]", "max_time": "
     ("after-reload", "rolled back 2 of 2 files to the version before it; reloaded with `scontrol reconfigure`, as "
                      "its reload had started and the controller may have loaded its files."),
 ])
-def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, tmp_path, label, recovery):
+def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, slurm_version, tmp_path, label,
+                                                                 recovery):
     # A re-slice (topology.conf) and a new MaxTime (rackctl.conf), killed before or after
     # `scontrol reconfigure` loaded them: the next apply rolls back (and reloads when the killed
     # one had), then applies and verifies the re-slice; the controller runs the intended blocks.
@@ -455,7 +456,7 @@ def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, tmp_
 
     shutil.copytree(ROOT / "examples" / "two-racks-whole" / "inventory", tmp_path / "inventory")
     intent = tmp_path / "intent.yaml"
-    intent.write_text(BED_INTENT.format(**BED_OLD))
+    intent.write_text(BED_INTENT.format(**BED_OLD, version=slurm_version))
     bed = slurm_bed("gb-a01-n[01-18]")
 
     def run(command: str, env: dict[str, str] | None = None):
@@ -469,7 +470,7 @@ def test_a_kill_during_apply_on_the_real_controller_is_recovered(slurm_bed, tmp_
 
     assert run("apply").rc == 0
     assert blocks() == [("a01-s0", BED_OLD["s0"]), ("a01-s1", BED_OLD["s1"])]
-    intent.write_text(BED_INTENT.format(**BED_NEW))
+    intent.write_text(BED_INTENT.format(**BED_NEW, version=slurm_version))
     killed = run("apply", {KILL_ENV: label})
     assert killed.rc == -signal.SIGKILL, killed
     assert bed.wait_up()  # killed before its own wait for the restarted controller (a busy machine's race)

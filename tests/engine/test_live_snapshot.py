@@ -14,7 +14,7 @@ import pytest
 import yaml
 from clihelp import EXAMPLES_DIR, rackctl, run_main
 from kubehelp import PREFIX, example_on, writes
-from slurmbed import TAKE_OVER
+from slurmbed import TAKE_OVER, bed_example
 
 from reconciler.text import schemas
 
@@ -84,10 +84,10 @@ def test_a_plan_from_a_snapshot_is_refused_by_apply_plan(kube, tmp_path, capsys)
     assert writes(kube) == []
 
 
-def test_a_slurm_plan_from_a_snapshot_equals_the_live_plan_on_the_real_controller(slurm_bed, tmp_path):
+def test_a_slurm_plan_from_a_snapshot_equals_the_live_plan_on_the_real_controller(slurm_bed, slurm_version,
+                                                                                 tmp_path):
     bed = slurm_bed("gb-r[01-03]-n[01-18]")
-    work = tmp_path / "dc1"
-    shutil.copytree(EXAMPLES_DIR / "dc1-gb200", work)
+    work = bed_example("dc1-gb200", tmp_path / "dc1", slurm_version).parent
     base = ["-f", work / "intent.yaml", "--slurm-config-dir", bed.config_dir, "--state-dir", tmp_path / "state"]
     assert rackctl("apply", *base, "--auto-approve", TAKE_OVER, env=bed.env).rc == 0
     bed.run("scontrol", "update", "nodename=gb-r02-n05", "state=drain", "reason=operator: cable")
@@ -105,6 +105,7 @@ def test_a_slurm_plan_from_a_snapshot_equals_the_live_plan_on_the_real_controlle
     assert "controller answer(s)" in res.err
     answers = json.loads(snap.read_text())["slurm"]["controller"]["commands"]
     assert {"scontrol ping", "scontrol show topology", "squeue --json"} <= set(answers)
+    assert ("scontrol show topoconf" in answers) == (slurm_version != "24.11")  # 25.05+ runs topologies
     # Planned where neither the controller nor the config dir can be reached.
     bed.stop()
     shutil.rmtree(bed.config_dir)

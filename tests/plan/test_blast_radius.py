@@ -380,11 +380,11 @@ def test_a_broken_report_fails_the_run_before_anything_is_compared(site):
     assert site.updates() == [] and snapshot(site.cfg) == before
 
 
-def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, tmp_path):
-    """The same against a real slurmctld 24.11 (the test bed; skipped where it is not built)."""
-    from slurmbed import Live, set_health, slurm_writes
+def test_a_real_controller_is_not_drained_beyond_the_limit(slurm_bed, slurm_version, tmp_path):
+    """The same against a real slurmctld, 24.11 and 26.05 (the test bed; skipped where it is not built)."""
+    from slurmbed import Live, bed_example, set_health, slurm_writes
 
-    intent = copy_example("rack-cliques", tmp_path / "rack-cliques")  # one rack of 18; gb-r02-n05 reports Unhealthy
+    intent = bed_example("rack-cliques", tmp_path / "rack-cliques", slurm_version)  # gb-r02-n05 reports Unhealthy
     intent.write_text(intent.read_text().replace("    minHealthyShare: 0.75\n",
                                                  "    minHealthyShare: 0.75\n    drainAfterPasses: 1\n"))
     live = Live(slurm_bed("gb-r02-n[01-18]"), tmp_path, intent)

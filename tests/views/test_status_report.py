@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 from clihelp import EXAMPLES_DIR, assert_one_error, config_dir_for, rackctl, run_main
 from kubehelp import example_on, node
 from reporthelp import EVIL, Page, evil_fleet
-from slurmbed import TAKE_OVER
+from slurmbed import TAKE_OVER, bed_example
 
 from reconciler.engine import compute as pipeline
 from reconciler.state.statedir import StateDir
@@ -265,10 +264,8 @@ def test_tainted_and_cordoned_nodes_count_as_drained(kube, tmp_path, capsys):
     assert page.tray("gb-r01-n05")["class"] == ["k0"]
 
 
-def test_an_operators_drain_and_a_held_drain_on_a_real_controller(slurm_bed, tmp_path):
-    example = tmp_path / "rack-cliques"
-    shutil.copytree(EXAMPLES_DIR / "rack-cliques", example)
-    intent = example / "intent.yaml"
+def test_an_operators_drain_and_a_held_drain_on_a_real_controller(slurm_bed, slurm_version, tmp_path):
+    intent = bed_example("rack-cliques", tmp_path / "rack-cliques", slurm_version)
     intent.write_text(intent.read_text().replace("    minHealthyShare: 0.75\n",
                                                  "    minHealthyShare: 0.75\n    drainAfterPasses: 3\n"))
     bed = slurm_bed("gb-r02-n[01-18]")

@@ -1,21 +1,22 @@
-"""Per-job IMEX on the real slurmctld 24.11 test bed: the rendered settings are accepted, and the
+"""Per-job IMEX on the real slurmctld test bed (24.11 and 26.05): the rendered settings are accepted, and the
 rendered PrologSlurmctld lets a one-clique job start and refuses a job spanning two cliques."""
 
 from __future__ import annotations
 
 import time
 
-from clihelp import ROOT, rackctl
-from slurmbed import TAKE_OVER
+from clihelp import rackctl
+from slurmbed import TAKE_OVER, bed_example
 
 
 def _job(bed, job_id: int) -> dict:
     return bed.json("squeue", "--jobs", str(job_id))["jobs"][0]
 
 
-def test_the_controller_takes_the_settings_and_the_prolog_slurmctld_judges_cliques(slurm_bed, tmp_path):
+def test_the_controller_takes_the_settings_and_the_prolog_slurmctld_judges_cliques(slurm_bed, slurm_version,
+                                                                                   tmp_path):
     bed = slurm_bed("gb-r[01-03]-n[01-18]")
-    res = rackctl("apply", "-f", ROOT / "examples" / "dc1-gb200" / "intent.yaml", "--slurm-config-dir",
+    res = rackctl("apply", "-f", bed_example("dc1-gb200", tmp_path / "site", slurm_version), "--slurm-config-dir",
                   bed.config_dir, "--state-dir", tmp_path / "state", "--auto-approve", TAKE_OVER, env=bed.env)
     assert res.rc == 0, res
     assert "Restart required: SwitchType (unset) -> switch/nvidia_imex" in res.out
