@@ -196,6 +196,8 @@ _TABLE = (
           "slurmdbd"),
     _code("settings-not-loaded", _W, TARGET, _S, "rackctl's settings are written but slurmctld runs otherwise"),
     _code("slurm-version-mismatch", _W, TARGET, _S, "the controller runs another Slurm than targets.slurm.version"),
+    _code("slurm-rules-cited", _I, TARGET, _S, "the Slurm release is not on the test bed: its rules are cited, "
+          "not measured"),
     _code("topology-not-compared", _I, TARGET, _S, "the loaded topology.yaml is not compared with the controller"),
     # the Kubernetes target
     _code("compute-domain-cliques", _W, TARGET, _K, "a ComputeDomain spans NVLink cliques", hardware=True),

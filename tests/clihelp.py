@@ -23,6 +23,13 @@ EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir()
 MANAGED = ("topology.conf", "rackctl.conf", *IMEX_SCRIPTS.values())  # every example is per-job IMEX
 
 
+def managed_files(example: str) -> tuple[str, ...]:
+    """The files rackctl manages for the bundled ``example``, in ``MANAGED``'s order: its topology
+    file (topology.conf or topology.yaml), its include file, the per-job IMEX scripts."""
+    slurm = load_intent(EXAMPLES_DIR / example / "intent.yaml").slurm
+    return (slurm.topology_file, slurm.include_file, *MANAGED[2:])
+
+
 @dataclass
 class Result:
     rc: int

@@ -626,13 +626,16 @@ def block_sizes(intent: Intent) -> list[int]:
     slice -> [base]; rack -> base*2^k up to one rack; cluster -> base*2^k up to the whole
     cluster, at most 16 levels. One slice size is checked at load for topology.conf; with
     topology.yaml racks may differ (each tier has one size, see ``tier_block_sizes``), and the
-    whole-cluster topology then gets only the smallest size as its base: blocks of different
-    sizes cannot be aggregated by position.
+    whole-cluster topology, which lists every block, then gets the largest slice size alone: its
+    smaller slices are partial blocks, which Slurm 25.05+ accepts (``slurmrules.PARTIAL_BLOCKS``),
+    and a job of one base block never spans two of them. Under the smallest size the larger
+    blocks would exceed the base block, and blocks of different sizes cannot be aggregated by
+    position (Slurm aggregates consecutive blocks, whatever their node counts: measured on 26.05.5).
     """
     sizes = {r.slice_size for r in intent.racks}
     base = min(sizes)
     if len(sizes) > 1:
-        return [base]
+        return [max(sizes)]
     if intent.max_job_span == "slice":
         top = 1
     elif intent.max_job_span == "rack":
@@ -707,9 +710,9 @@ def _check_block_sizes(intent: Intent) -> None:
             where = (f"Slurm {intent.slurm.version_text}" if not slurmrules.TOPOLOGY_YAML.holds(intent.slurm.version)
                      else f"topology.conf on Slurm {intent.slurm.version_text}")
             raise intent.source.error(("racks",), f"slices of different sizes ({detail}); {where} has one "
-                                      "BlockSizes for the whole cluster",
-                                      hint="use one slice size in every rack (on Slurm 25.05+, topologyFile: "
-                                      "topology.yaml renders one topology per tier, each with its own sizes)")
+                                      "BlockSizes for the whole cluster; on Slurm 25.05+ set targets.slurm."
+                                      "topologyFile: topology.yaml (one topology per tier, each with its own sizes)",
+                                      hint="or use one slice size in every rack")
         # topology.yaml: one topology per tier, so each tier needs one slice size.
         for i, tier in enumerate(intent.tiers):
             tier_sizes: dict[int, list[str]] = {}
@@ -722,7 +725,7 @@ def _check_block_sizes(intent: Intent) -> None:
                 raise intent.source.error(("tiers", i, "slices"), f"tier {tier.name} serves slices of different "
                                           f"sizes ({detail}); its topology in topology.yaml has one block_sizes",
                                           hint="serve one slice size per tier (split the tier in two)")
-    if intent.max_job_span == "rack":
+    if intent.max_job_span == "rack" and len(sizes) == 1:  # mixed sizes: each tier's own block_sizes
         counts = {r.slice_count for r in intent.racks}
         if len(counts) > 1 or any(c & (c - 1) for c in counts):
             raise intent.source.error(("policy", "maxJobSpan"), "maxJobSpan: rack needs the same "

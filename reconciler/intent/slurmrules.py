@@ -42,6 +42,9 @@ PARTITION_QOS_CHECKED = Rule((25, 11), "refuses a partition whose QOS= or AllowQ
                              "24.11.5 (both accepted, not enforced)")
 SEGMENT_OVER_BASE = Rule((25, 11), "places `--segment` larger than the base block size",
                          "cited: CHANGELOG 25.11.0rc1")
+RECONFIGURE_TAKES_SETTINGS = Rule((24, 11), "re-executes slurmctld on `scontrol reconfigure`, which then runs the new "
+                                  "SwitchType, PrologFlags, Prolog and Epilog", "measured on 24.11.5 and 26.05.5 "
+                                  "(`scontrol show config` after the reconfigure)")
 IMEX_PLUGIN_FIXED = Rule((24, 5, 2), "runs switch/nvidia_imex without CVE-2024-42511 and with job_container/tmpfs",
                          "cited: Slurm 24.05.2 release notes (CVE-2024-42511)")
 
@@ -54,6 +57,12 @@ def measured(version: tuple[int, ...]) -> bool:
 def effective(read: tuple[int, ...] | None, declared: tuple[int, int]) -> tuple[int, ...]:
     """The release the rules follow: the controller's when it was ``read``, else the intent's."""
     return read if read is not None else declared
+
+
+def parse_release(text: str) -> tuple[int, ...]:
+    """``26.05.5`` -> ``(26, 5, 5)``, ``25.11`` -> ``(25, 11)`` (``release_text``'s inverse).
+    Raises ``ValueError`` for anything else."""
+    return tuple(int(part) for part in text.split("."))
 
 
 def release_text(version: tuple[int, ...]) -> str:
@@ -70,4 +79,4 @@ def cited_rules(version: tuple[int, ...]) -> list[Rule]:
 
 
 ALL_RULES = (TOPOLOGY_YAML, SHOW_TOPOCONF, PARTIAL_BLOCKS, NO_BLOCKS_FATAL, PARTITION_QOS_CHECKED, SEGMENT_OVER_BASE,
-             IMEX_PLUGIN_FIXED)
+             RECONFIGURE_TAKES_SETTINGS, IMEX_PLUGIN_FIXED)

@@ -15,7 +15,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from clihelp import EXAMPLES, EXAMPLES_DIR, MANAGED, ROOT, assert_one_error, config_dir_for, rackctl, run_main, snapshot
+from clihelp import (EXAMPLES, EXAMPLES_DIR, MANAGED, ROOT, assert_one_error, config_dir_for, managed_files, rackctl,
+                     run_main, snapshot)
 
 from reconciler.cli import main as cli
 from reconciler.inventory.store import load_inventory
@@ -47,16 +48,17 @@ def test_examples_exist():
 def test_plan_apply_plan_apply_is_idempotent(example, capsys):
     name, intent, cfg, state = example
     args = ["-f", intent, *target_args(cfg, state)]
+    managed = managed_files(name)
 
     res = run_main(capsys, "plan", *args)
     assert res.rc == 2, res
-    assert res.out.rstrip().splitlines()[-1].startswith(f"Plan: files: {len(MANAGED)} to add"), res
+    assert res.out.rstrip().splitlines()[-1].startswith(f"Plan: files: {len(managed)} to add"), res
     assert sorted(p.name for p in cfg.iterdir()) == ["slurm.conf"]  # plan never writes
 
     res = run_main(capsys, "apply", *args, "--no-reload", "--auto-approve")
     assert res.rc == 0, res
     assert "Apply complete" in res.out and "not reloaded (--no-reload)" in res.out
-    assert sorted(p.name for p in cfg.iterdir()) == sorted(["slurm.conf", *MANAGED])
+    assert sorted(p.name for p in cfg.iterdir()) == sorted(["slurm.conf", *managed])
 
     res = run_main(capsys, "plan", *args)
     assert res.rc == 0, res
@@ -80,9 +82,10 @@ def test_apply_then_plan_in_a_real_subprocess(example):
     assert snapshot(cfg) == before
 
 
-@pytest.mark.parametrize("managed", MANAGED)
-def test_a_comment_added_by_hand_is_drift(example, managed, capsys):
-    _, intent, cfg, state = example
+@pytest.mark.parametrize("index", range(len(MANAGED)), ids=MANAGED)
+def test_a_comment_added_by_hand_is_drift(example, index, capsys):
+    name, intent, cfg, state = example
+    managed = managed_files(name)[index]
     args = ["-f", intent, *target_args(cfg, state)]
     assert run_main(capsys, "apply", *args, "--no-reload", "--auto-approve").rc == 0
     with open(cfg / managed, "a", encoding="utf-8") as fh:
@@ -211,17 +214,17 @@ def test_warnings_do_not_change_the_plan_exit_code(tmp_path, capsys):
 
 
 def test_markdown_plan(example, capsys):
-    _, intent, cfg, state = example
+    name, intent, cfg, state = example
     res = run_main(capsys, "plan", "-f", intent, *target_args(cfg, state), "--format", "markdown")
     assert res.rc == 2
     assert res.out.startswith("### rackctl plan:")
-    assert "| + | `slurm/file/topology.conf` | create | intent |" in res.out
+    assert f"| + | `slurm/file/{managed_files(name)[0]}` | create | intent |" in res.out
 
 
 # ---- --out PLANFILE ----------------------------------------------------------------------------
 
 def test_out_writes_the_json_plan_to_a_file(example, tmp_path):
-    _, intent, cfg, state = example
+    name, intent, cfg, state = example
     planfile = tmp_path / "plans" / "plan.json"
     res = rackctl("plan", "-f", intent, *target_args(cfg, state), "--out", planfile)
     assert res.rc == 2, res
@@ -229,7 +232,7 @@ def test_out_writes_the_json_plan_to_a_file(example, tmp_path):
     from_file = json.loads(planfile.read_text())
     res = rackctl("plan", "-f", intent, *target_args(cfg, state), "--format", "json")
     assert json.loads(res.out) == from_file
-    assert {c["address"] for c in from_file["changes"]} >= {f"slurm/file/{m}" for m in MANAGED}
+    assert {c["address"] for c in from_file["changes"]} >= {f"slurm/file/{m}" for m in managed_files(name)}
 
 
 # ---- validate ------------------------------------------------------------------------------------

@@ -129,9 +129,9 @@ def test_mixed_slice_sizes_on_24_11(load):
           - {name: r03, select: {hosts: "c[01-18]"}, slicing: {mode: equal, count: 2}}
         targets: {slurm: {version: "24.11"}}
         """) == ("intent.yaml:4: racks: slices of different sizes (9 trays: r02, r03; 18 trays: r01); "
-                 "Slurm 24.11 has one BlockSizes for the whole cluster\n"
-                 "  hint: use one slice size in every rack (on Slurm 25.05+, topologyFile: topology.yaml "
-                 "renders one topology per tier, each with its own sizes)")
+                 "Slurm 24.11 has one BlockSizes for the whole cluster; on Slurm 25.05+ set "
+                 "targets.slurm.topologyFile: topology.yaml (one topology per tier, each with its own sizes)\n"
+                 "  hint: or use one slice size in every rack")
 
 
 def test_mixed_slice_sizes_on_25_05_topology_conf(load):
@@ -141,7 +141,8 @@ def test_mixed_slice_sizes_on_25_05_topology_conf(load):
           - {name: r02, select: {hosts: "b[01-18]"}, slicing: {mode: equal, count: 2}}
         targets: {slurm: {version: "25.05", topologyFile: topology.conf}}
         """).startswith("intent.yaml:4: racks: slices of different sizes (9 trays: r02; 18 trays: r01); "
-                        "topology.conf on Slurm 25.05 has one BlockSizes for the whole cluster\n")
+                        "topology.conf on Slurm 25.05 has one BlockSizes for the whole cluster; on Slurm 25.05+ set "
+                        "targets.slurm.topologyFile: topology.yaml")
 
 
 MIXED_TIERS = """\
@@ -160,11 +161,12 @@ MIXED_TIERS = """\
 
 def test_mixed_slice_sizes_on_25_05_topology_yaml_one_size_per_tier(load):
     # topology.yaml has one topology per tier: each tier has its own block_sizes, so racks may
-    # differ; the whole-cluster topology then keeps only the smallest size as its base.
+    # differ; the whole-cluster topology then has the largest slice size alone (smaller slices are
+    # partial blocks there, which 25.05+ accepts).
     intent = load(MIXED_TIERS % ("r02, r03", "rack"))
     assert [r.slice_size for r in intent.racks] == [18, 9, 9]
     assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9, 18]]
-    assert block_sizes(intent) == [9]
+    assert block_sizes(intent) == [18]
     intent = load(MIXED_TIERS % ("r02, r03", "cluster"))
     assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9, 18, 36]]
     intent = load(MIXED_TIERS % ("r02, r03", "slice"))
@@ -172,6 +174,32 @@ def test_mixed_slice_sizes_on_25_05_topology_yaml_one_size_per_tier(load):
     # One slice of each rack: blocks of one rack are not neighbours in the tier's topology.
     intent = load(MIXED_TIERS % ("r02/s0, r03/s1", "rack"))
     assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18, 36], [9]]
+
+
+NEW_USER_LAYOUT = """\
+    racks:
+      - {name: a, select: {hosts: "a[01-18]"}}
+      - {name: b, select: {hosts: "b[01-18]"}}
+      - {name: c, select: {hosts: "c[01-18]"}, slicing: {mode: equal, count: 2}}
+      - {name: d, select: {hosts: "d[01-18]"}, slicing: {mode: equal, count: 2}}
+    tiers:
+      - {name: train, slices: [a, b], slurm: {partition: train}}
+      - {name: dev, slices: [c, d], slurm: {partition: dev}}
+    policy: {maxJobSpan: rack}
+    targets: {slurm: {version: "%s", topologyFile: %s}}
+    """
+
+
+def test_two_racks_whole_and_two_in_halves_under_max_job_span_rack(load):
+    # A new user's layout: whole racks for train, half racks for dev, jobs up to one rack. With
+    # topology.yaml each tier gets its own sizes; one slice count per rack is not needed.
+    intent = load(NEW_USER_LAYOUT % ("26.05", "topology.yaml"))
+    assert [tier_block_sizes(intent, t) for t in intent.tiers] == [[18], [9, 18]]
+    assert block_sizes(intent) == [18]
+    assert error(load, NEW_USER_LAYOUT % ("24.11", "topology.conf")).splitlines()[0] == (
+        "intent.yaml:4: racks: slices of different sizes (9 trays: c, d; 18 trays: a, b); Slurm 24.11 has one "
+        "BlockSizes for the whole cluster; on Slurm 25.05+ set targets.slurm.topologyFile: topology.yaml (one "
+        "topology per tier, each with its own sizes)")
 
 
 def test_a_tier_serving_two_slice_sizes_is_an_error_with_topology_yaml(load):

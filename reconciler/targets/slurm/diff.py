@@ -10,6 +10,7 @@ import difflib
 from typing import Mapping
 
 from reconciler.ids import BlockName, Hostname
+from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent, SlurmTarget
 from reconciler.layout.nodestates import NodePlan
 from reconciler.plan.model import Action, Cause, Change, ControllerView, SlurmSection
@@ -72,7 +73,9 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
         if t.topology_file.endswith(".conf"):
             resources += _block_sizes_change(topo, desired, cause)
     if t.include_file in causes:
-        resources += _setting_changes(live.files.get(t.include_file), files[t.include_file], causes[t.include_file])
+        release = controller.version if controller is not None else t.version_text  # the one read, else declared
+        resources += _setting_changes(live.files.get(t.include_file), files[t.include_file], causes[t.include_file],
+                                      release)
         resources += _partition_changes(live.files.get(t.include_file), desired, causes[t.include_file])
     node_changes = [Change("node", f"slurm/node/{r.node}", Action(r.action), Cause.INTENT, r.reason)
                     for r in nodes.rows if r.action in ("drain", "resume")]
@@ -158,8 +161,15 @@ def _block_sizes_change(live_topology: bytes | None, desired: DesiredSlurm, caus
                    f"BlockSizes {old or '(unset)'} -> {new}")]
 
 
-def _setting_changes(live_include: bytes | None, include: bytes, cause: Cause) -> list[Change]:
-    """Global ``Key=value`` lines of the include file (not PartitionName lines)."""
+def _setting_changes(live_include: bytes | None, include: bytes, cause: Cause, release: str) -> list[Change]:
+    """Global ``Key=value`` lines of the include file (not PartitionName lines). ``release``: the
+    Slurm release the restart note names (``26.05.5``, or the intent's ``25.05``)."""
+    if slurmrules.RECONFIGURE_TAKES_SETTINGS.holds(slurmrules.parse_release(release)):
+        restart = (f" (restart required: every slurmd takes it only on a restart; slurmctld {release} reloads it on "
+                   "reconfigure; rackctl does not restart daemons)")
+    else:
+        restart = (f" (restart required: every slurmd and slurmctld {release} take it only on a restart; rackctl "
+                   "does not restart daemons)")
     old, new = parse_settings(live_include), parse_settings(include)
     out = []
     for key in sorted(set(old) | set(new)):
@@ -168,8 +178,7 @@ def _setting_changes(live_include: bytes | None, include: bytes, cause: Cause) -
         action = Action.CREATE if key not in old else Action.DELETE if key not in new else Action.UPDATE
         reason = f"{key} {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
         if key in RESTART_SETTINGS:
-            reason += (" (restart required: every slurmd takes it only on a restart; slurmctld 24.11 reloads it on "
-                       "reconfigure; rackctl does not restart daemons)")
+            reason += restart
         out.append(Change("setting", f"slurm/setting/{key}", action, cause, reason))
     return out
 

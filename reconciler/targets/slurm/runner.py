@@ -14,6 +14,7 @@ from typing import Any
 from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.ids import Hostname
+from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent, block_sizes
 from reconciler.layout.model import REASON_PREFIX, History, Layout
 from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, NodePlan, NodeRow, plan_nodes
@@ -133,12 +134,25 @@ class SlurmPass:
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
         """Read and check the running controller (or its answers in the snapshot), unless offline
         or no Slurm client is on PATH; then plan the node states."""
-        diags = self._read_controller()
+        diags = self._read_controller() + self._cited_rules()
         live_states = {h: n.live_state for h, n in self.controller.nodes.items()} if self.controller else None
         assert self.layout is not None
         self.nodes = plan_nodes(self.layout.tray_states, self.layout.slice_of, live_states, health,
                                 self.ctx.intent.damping, self.ctx.now, self.layout.held_trays)
         return diags
+
+    def _cited_rules(self) -> list[Diagnostic]:
+        """For a release the test bed does not run (the controller's when read, else the intent's):
+        the rules rackctl assumes of it, each with its citation."""
+        t = self.ctx.intent.slurm
+        release = slurmrules.effective(self.controller.version if self.controller else None, t.version)
+        cited = slurmrules.cited_rules(release)
+        if not cited:
+            return []
+        return [Diagnostic(INFO, "slurm-rules-cited", f"Slurm {slurmrules.release_text(release)} is not on rackctl's "
+                           "test bed (24.11, 26.05): what rackctl assumes of it is cited, not measured: "
+                           + "; ".join(f"it {r.what} ({r.evidence.split(';')[0]})" for r in cited),
+                           "targets.slurm.version")]
 
     def _read_controller(self) -> list[Diagnostic]:
         run_command: slurm_controller.Runner = slurm_controller.run

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import TargetError
+from reconciler.intent import slurmrules
 from reconciler.targets.slurm import controller as ctl
 from reconciler.targets.slurm.controllercheck import topology_differences
 
@@ -27,8 +28,9 @@ def _hosts(prefix: str, first: int, last: int) -> tuple[str, ...]:
 def test_the_version_is_read_and_written_as_slurm_writes_it():
     version = ctl.parse_version((DATA / "version.txt").read_text())
     assert version == (26, 5, 5)
-    assert ctl.version_text(version) == "26.05.5"
-    assert ctl.version_text((25, 11)) == "25.11"
+    assert slurmrules.release_text(version) == "26.05.5"
+    assert slurmrules.release_text((25, 11)) == "25.11"
+    assert slurmrules.parse_release("26.05.5") == (26, 5, 5)
 
 
 def test_topoconf_of_rendered_block_topologies():

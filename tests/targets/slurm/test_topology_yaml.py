@@ -350,7 +350,7 @@ targets: {{slurm: {{version: "25.05", topologyFile: topology.yaml}}}}
     intent, fabric = load_intent(tmp_path / "intent.yaml"), build_fabric(nodes)
     desired = desired_slurm(intent, plan_layout(intent, fabric, History()), History(), fabric.addresses)
     assert [(t.name, t.cluster_default, t.block_sizes, [b.name for b in t.blocks]) for t in desired.topologies] == [
-        ("mixed", True, (9,), ["r01-s0", "r01-s1", "r02-s0", "r02-s1", "r03-s0", "r03-s1"]),
+        ("mixed", True, (18,), ["r01-s0", "r01-s1", "r02-s0", "r02-s1", "r03-s0", "r03-s1"]),  # 9s: partial
         ("big", False, (18, 36), ["r01-s0", "r01-s1"]),
         ("small", False, (9, 18), ["r02-s0", "r02-s1"]),
         ("halves", False, (9,), ["r02-s0", "r03-s0", "r03-s1"]),
