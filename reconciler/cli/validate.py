@@ -37,13 +37,15 @@ def run(options: Options) -> int:
     facts: dict[str, Any] = {}
     for target in registry.enabled(intent):
         facts.update(target.facts(intent))
-    sizes = facts.get("block_sizes")
+    sizes, topologies = facts.get("block_sizes"), facts.get("topologies")
     if options.format in ("json", "yaml"):
-        sys.stdout.write(report.dump({"valid": True, "cluster": intent.name, "racks": len(intent.racks),
-                                      "tiers": len(intent.tiers), "targets": targets, "block_sizes": sizes},
-                                     options.format))
+        doc = {"valid": True, "cluster": intent.name, "racks": len(intent.racks), "tiers": len(intent.tiers),
+               "targets": targets, "block_sizes": sizes}
+        sys.stdout.write(report.dump({**doc, "topologies": topologies} if topologies else doc, options.format))
     else:
         what = f", BlockSizes={','.join(map(str, sizes))}" if sizes else ""
+        if topologies:
+            what = ", block_sizes " + "; ".join(f"{name} {','.join(map(str, s))}" for name, s in topologies.items())
         print(f"{display_path(intent.path)}: valid — cluster {intent.name}, {len(intent.racks)} rack(s), "
               f"{len(intent.tiers)} tier(s), targets {' and '.join(targets)}{what}")
     return 0

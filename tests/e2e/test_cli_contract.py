@@ -134,6 +134,15 @@ def test_validate_json_is_one_document(example):
     assert res.err == ""
 
 
+def test_validate_names_each_topologys_block_sizes(capsys):
+    res = run_main(capsys, "validate", "-f", intent_of("mixed-slices"))
+    assert res.out.endswith("2 tier(s), targets slurm, block_sizes mixed 18; train 18; dev 9,18\n"), res
+    res = run_main(capsys, "validate", "-f", intent_of("mixed-slices"), "--format", "json")
+    assert json.loads(res.out)["topologies"] == {"mixed": [18], "train": [18], "dev": [9, 18]}
+    res = run_main(capsys, "validate", "-f", intent_of("dc1-gb200"), "--format", "json")
+    assert "topologies" not in json.loads(res.out) and json.loads(res.out)["block_sizes"] == [9, 18]
+
+
 @pytest.mark.parametrize("command,rc", [("validate", 0), ("plan", 2), ("drift", 0)])
 def test_yaml_is_the_same_document_as_json(tmp_path, command, rc):
     args = ["-f", intent_of("dc1-gb200")]

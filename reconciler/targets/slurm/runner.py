@@ -15,7 +15,7 @@ from reconciler.diagnostics import INFO, WARNING, Diagnostic
 from reconciler.errors import InputError
 from reconciler.ids import Hostname
 from reconciler.intent import slurmrules
-from reconciler.intent.model import Intent, block_sizes
+from reconciler.intent.model import Intent, block_sizes, tier_block_sizes
 from reconciler.layout.model import REASON_PREFIX, History, Layout
 from reconciler.layout.nodestates import RESLICE_REASON, HealthHistory, NodePlan, NodeRow, plan_nodes
 from reconciler.plan import blastradius
@@ -50,8 +50,14 @@ class Slurm:
         return {"slurm_config_dir": intent.slurm.config_dir}
 
     def facts(self, intent: Intent) -> dict[str, Any]:
-        """``rackctl validate``'s words for this target: its ``BlockSizes``."""
-        return {"block_sizes": block_sizes(intent)}
+        """``rackctl validate``'s words for this target: its ``BlockSizes`` (the whole-cluster
+        topology's with topology.yaml), and with topology.yaml each topology's ``block_sizes``
+        (``{"mixed": [18], "train": [18], "dev": [9, 18]}``)."""
+        out: dict[str, Any] = {"block_sizes": block_sizes(intent)}
+        if intent.slurm.topology_file == "topology.yaml":
+            out["topologies"] = {intent.name: out["block_sizes"],
+                                 **{t.name: tier_block_sizes(intent, t) for t in intent.tiers}}
+        return out
 
     def begin(self, ctx: Context) -> SlurmPass:
         intent = ctx.intent
