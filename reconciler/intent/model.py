@@ -336,7 +336,7 @@ def _build(path: Path, data: dict[str, Any], smap: SourceMap, digest: str) -> In
     if slurm.topology_file == "topology.yaml" and not slurmrules.TOPOLOGY_YAML.holds(slurm.version):
         raise smap.error(("targets", "slurm", "topologyFile"),
                          f"topology.yaml needs Slurm 25.05 or newer; version is {slurm.version_text}",
-                         hint="use topologyFile: topology.conf for Slurm 24.11")
+                         hint="use topologyFile: topology.conf for Slurm 24.11 (one slice size in every rack)")
     if data.get("policy", {}).get("imex") == "per-job" and slurm.version < (24, 5):
         raise smap.error(("policy", "imex"), f"per-job IMEX needs switch/nvidia_imex, which Slurm "
                          f"{slurm.version_text} does not have (added in 24.05)",

@@ -333,7 +333,7 @@ def test_topology_yaml_needs_25_05(load):
         targets:
           slurm: {version: "24.11", topologyFile: topology.yaml}
         """) == ("intent.yaml:7: targets.slurm.topologyFile: topology.yaml needs Slurm 25.05 or newer; version is "
-                 "24.11\n  hint: use topologyFile: topology.conf for Slurm 24.11")
+                 "24.11\n  hint: use topologyFile: topology.conf for Slurm 24.11 (one slice size in every rack)")
 
 
 # --- BlockSizes --------------------------------------------------------------------------------------

@@ -16,10 +16,12 @@ def test_each_rule_holds_from_its_release():
 
 def test_releases_off_the_bed_list_their_cited_rules():
     assert rules.cited_rules((24, 11, 5)) == [] and rules.cited_rules((26, 5)) == []
-    assert rules.cited_rules((25, 5)) == [rules.TOPOLOGY_YAML, rules.SHOW_TOPOCONF, rules.PARTIAL_BLOCKS]
+    assert rules.cited_rules((25, 5)) == [rules.TOPOLOGY_YAML, rules.SHOW_TOPOCONF, rules.PARTIAL_BLOCKS,
+                                          rules.RECONFIGURE_TAKES_SETTINGS, rules.IMEX_PLUGIN_FIXED]
     assert rules.cited_rules((25, 11, 2)) == [rules.TOPOLOGY_YAML, rules.SHOW_TOPOCONF, rules.PARTIAL_BLOCKS,
                                               rules.NO_BLOCKS_FATAL, rules.PARTITION_QOS_CHECKED,
-                                              rules.SEGMENT_OVER_BASE]
+                                              rules.SEGMENT_OVER_BASE, rules.RECONFIGURE_TAKES_SETTINGS,
+                                              rules.IMEX_PLUGIN_FIXED]
     assert all(r.evidence.startswith(("cited: ", "measured on ")) for r in rules.ALL_RULES)
 
 

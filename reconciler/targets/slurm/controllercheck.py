@@ -157,10 +157,10 @@ def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
     if not named:
         return []
     if ctl.qos is None and slurmrules.PARTITION_QOS_CHECKED.holds(ctl.version):
-        rule = slurmrules.PARTITION_QOS_CHECKED
-        return [Diagnostic(ERROR, "qos-without-accounting", f"tier {tier}: QoS {q} cannot be set with no slurmdbd "
-                           f"answering ({ctl.qos_unchecked}): Slurm {ctl.version_text} {rule.what} "
-                           f"({rule.evidence}); start slurmdbd with the QoS, or drop qos and allowQos from the tier",
+        how = "measured" if slurmrules.measured(ctl.version) else slurmrules.PARTITION_QOS_CHECKED.evidence
+        return [Diagnostic(ERROR, "qos-without-accounting", f"tier {tier}: QoS {q} cannot be set: no slurmdbd "
+                           f"answers, and slurmctld {ctl.version_text} refuses a partition QoS it does not have "
+                           f"({how}); start slurmdbd with the QoS, or drop qos and allowQos from the tier",
                            tier) for q, tier in sorted(named.items())]
     if ctl.qos is None:
         return [Diagnostic(WARNING, "qos-unchecked", f"QoS {', '.join(sorted(named))} could not be checked "

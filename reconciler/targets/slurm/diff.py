@@ -69,7 +69,8 @@ def build_section(intent: Intent, desired: DesiredSlurm, files: dict[str, bytes]
     resources: list[Change] = []
     if t.topology_file in causes:
         topo, cause = live.files.get(t.topology_file), causes[t.topology_file]
-        resources += _block_changes(parse_blocks(topo, t.topology_file), desired, cause)
+        resources += _block_changes(parse_blocks(topo, t.topology_file), desired, cause,
+                                    shifts=t.topology_file.endswith(".conf"))
         if t.topology_file.endswith(".conf"):
             resources += _block_sizes_change(topo, desired, cause)
     if t.include_file in causes:
@@ -114,8 +115,10 @@ def _diff(name: str, before: bytes | None, after: bytes | None) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
-def _block_changes(live: list[tuple[BlockName, tuple[Hostname, ...]]], desired: DesiredSlurm, cause: Cause
-                   ) -> list[Change]:
+def _block_changes(live: list[tuple[BlockName, tuple[Hostname, ...]]], desired: DesiredSlurm, cause: Cause, *,
+                   shifts: bool) -> list[Change]:
+    """Block changes, live to desired. ``shifts``: a removed block moves the later ones
+    (topology.conf; in topology.yaml a placeholder keeps a gone slice's position)."""
     live_index = {name: i for i, (name, _) in enumerate(live)}
     live_nodes = dict(live)
     out = []
@@ -147,7 +150,8 @@ def _block_changes(live: list[tuple[BlockName, tuple[Hostname, ...]]], desired: 
     for name, nodes in live:
         if name not in wanted:
             out.append(Change("block", f"slurm/block/{name}", Action.DELETE, cause,
-                              f"no slice renders it any more ({len(nodes)} trays); later blocks shift"))
+                              f"no slice renders it any more ({len(nodes)} trays)"
+                              f"{'; later blocks shift' if shifts else ''}"))
     return out
 
 

@@ -155,10 +155,10 @@ class SlurmPass:
         cited = slurmrules.cited_rules(release)
         if not cited:
             return []
+        bed = ", ".join(map(slurmrules.release_text, slurmrules.MEASURED_RELEASES))
         return [Diagnostic(INFO, "slurm-rules-cited", f"Slurm {slurmrules.release_text(release)} is not on rackctl's "
-                           "test bed (24.11, 26.05): what rackctl assumes of it is cited, not measured: "
-                           + "; ".join(f"it {r.what} ({r.evidence.split(';')[0]})" for r in cited),
-                           "targets.slurm.version")]
+                           f"test bed ({bed}), so nothing rackctl assumes of it was measured on it: "
+                           + "; ".join(f"it {r.what} [{r.evidence}]" for r in cited), "targets.slurm.version")]
 
     def _read_controller(self) -> list[Diagnostic]:
         run_command: slurm_controller.Runner = slurm_controller.run
