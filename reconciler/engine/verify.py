@@ -10,7 +10,9 @@ on slurmctld 24.11.5 (the test bed, ``scripts/slurm-testbed``), it exits 0 and p
 
 26.05.5 (the bed's forky root) prints the same line with one more word after the time
 (``... to start at 2026-12-04T20:03:28 a using 1296 processors ...``, captured in
-``tests/data/slurm-26.05/probe-placed.txt``), so the parser allows one word there. When it
+``tests/data/slurm-26.05/probe-placed.txt``; the format in its libslurm is ``to start at %s%s%s a
+using``, the middle two `` on cluster `` and a cluster name when one is named), so the parser
+allows both. When it
 cannot place the job, both exit 1 with (also stderr)::
 
     allocation failure: Requested node configuration is not available
@@ -80,7 +82,8 @@ SLICE, SLICE_REDUCED, TWO_SLICES, SEGMENT = "slice", "slice-reduced", "two-slice
 UNAVAILABLE_STATES = ("DRAIN", "DOWN", "FAIL", "FUTURE")
 FORMAT_VERSION = "1"
 
-_ANSWER = re.compile(r"Job (\d+) to start at (\S+)(?: \S+)? using (\d+) processors on nodes (\S+) in partition (\S+)")
+_ANSWER = re.compile(r"Job ([0-9]{1,12}) to start at (\S+)(?: on cluster \S+)?(?: a)? using ([0-9]{1,12}) processors on "
+                     r"nodes (\S+) in partition (\S+)")
 
 #: ``argv -> (exit code, stdout, stderr)`` of one sbatch run.
 Submit = Callable[[list[str]], tuple[int, str, str]]
@@ -260,7 +263,11 @@ def parse_answer(rc: int, stdout: str, stderr: str) -> Answer:
     text = f"{stderr}\n{stdout}"
     m = _ANSWER.search(text)
     if rc == 0 and m:
-        return Answer(True, tuple(hostlist.expand(m[4])), m[2], m[5], int(m[1]))
+        try:
+            nodes = tuple(hostlist.expand(m[4]))
+        except InputError as exc:  # a malformed answer is this probe's failure, not the user's input
+            raise ValueError(f"sbatch --test-only named nodes {m[4][:80]!r}: {exc.message}") from None
+        return Answer(True, nodes, m[2], m[5], int(m[1]))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if rc == 0:
         raise ValueError(f"sbatch --test-only exited 0 without a placement: {' | '.join(lines[-3:]) or '(no output)'}")

@@ -180,8 +180,9 @@ def load_yaml_text(text: str, *, name: str, what: str = "YAML file") -> tuple[An
     if _CLoader is not None:
         try:
             return _load(_CLoader(text), name, what)
-        except InputError:
-            pass
+        except InputError as exc:
+            if not exc.message.startswith("invalid YAML"):  # too many values or too deep: as slow again
+                raise
     return _load(_Loader(text), name, what)
 
 

@@ -339,3 +339,16 @@ def test_segments_are_proven_by_the_live_blocks_they_came_from():
     answer = verify.Answer(True, tuple(hostlist.expand("gb-r01-n[01-09]")), "now", "gb200-train")
     r = verify.judge(train, "slice", verify.sbatch_argv("gb200-train", 9), answer, f, asked=9)
     assert r.verdict == "fail" and r.why.startswith("gb-r01-n09 in no live block")
+
+
+def test_parse_answer_reads_a_placement_that_names_a_cluster():
+    # 26.05.5's libslurm: "to start at %s%s%s a using", the middle two " on cluster " and a name.
+    a = verify.parse_answer(0, "", "sbatch: Job 1 to start at 2026-12-04T20:03:28 on cluster prod a using 1296 "
+                                   "processors on nodes gb-m01-n[01-18] in partition p\n")
+    assert a.placed and a.nodes == tuple(f"gb-m01-n{i:02d}" for i in range(1, 19)) and a.partition == "p"
+
+
+def test_a_malformed_answer_is_the_probes_failure_not_an_input_error():
+    with pytest.raises(ValueError, match=r"sbatch --test-only named nodes 'gb-m03-n\[01-09': unclosed"):
+        verify.parse_answer(0, "", "sbatch: Job 1 to start at X using 9 processors on nodes gb-m03-n[01-09 in "
+                                   "partition p\n")

@@ -38,21 +38,22 @@ from reconciler.intent import slurmrules
 from reconciler.layout.model import REASON_PREFIX
 from reconciler.layout.nodestates import LiveState
 from reconciler.text import hostlist
-from reconciler.text.yamlsource import load_yaml_text
+from reconciler.text.yamlsource import MAX_YAML_BYTES, load_yaml_text
 
 COMMAND_TIMEOUT_S = 120
 #: Job states whose nodes are busy (squeue(1) JOB STATE CODES).
 BUSY_JOB_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
-#: ``scontrol show config`` keys rackctl compares with what it renders.
+#: ``scontrol show config`` keys rackctl compares with what it renders (and AccountingStorageType,
+#: which says whether a failed ``sacctmgr`` means no accounting at all).
 CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilog", "PrologSlurmctld",
-               "SlurmctldLogFile", "TopologyPlugin")
+               "SlurmctldLogFile", "TopologyPlugin", "AccountingStorageType")
 
 _T = TypeVar("_T")
 _TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+(?:Nodes=(\S*)\s+)?BlockSize=(\d+)")
 TOPOCONF = ("scontrol", "show", "topoconf")
 #: topology.yaml(5)'s topology kinds, each a key of every topology ``show topoconf`` prints.
 TOPOLOGY_KINDS = ("block", "flat", "ring", "torus3d", "tree")
-_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_VERSION = re.compile(r"(?<![0-9])([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,6})(?![0-9])")  # ASCII digits, bounded
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,10 @@ def parse_topologies(text: str, what: str, error: Callable[[str], RackctlError])
     """A topology.yaml(5) document (a file, or ``scontrol show topoconf``'s answer) -> its
     topologies in order. Raises ``error(message)`` (the message names ``what``) for YAML that is not
     a list of topologies, a block topology without ``block_sizes`` of whole numbers, a block that
-    is not ``{block: NAME, nodes: HOSTLIST}``, and past ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all."""
+    is not ``{block: NAME, nodes: HOSTLIST}``, past ``hostlist.MAX_HOSTS_PER_ANSWER`` nodes in all,
+    and for more than ``MAX_YAML_BYTES`` of text (a 2,000-rack topology.yaml is under 1 MiB)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise error(f"{what} is {len(text)} characters; expected at most {MAX_YAML_BYTES} (topology.yaml(5))")
     try:
         doc, _ = load_yaml_text(text, name=what, what="topology YAML")
     except RackctlError as exc:

@@ -156,16 +156,18 @@ def _qos_diagnostics(intent: Intent, ctl: Controller) -> list[Diagnostic]:
     named = {q: t.name for t in intent.tiers for q in ((t.slurm.qos,) if t.slurm.qos else ()) + t.slurm.allow_qos}
     if not named:
         return []
-    if ctl.qos is None and slurmrules.PARTITION_QOS_CHECKED.holds(ctl.version):
+    accounting = "slurmdbd" in ctl.config.get("AccountingStorageType", "")
+    if ctl.qos is None and not accounting and slurmrules.PARTITION_QOS_CHECKED.holds(ctl.version):
         how = "measured" if slurmrules.measured(ctl.version) else slurmrules.PARTITION_QOS_CHECKED.evidence
         return [Diagnostic(ERROR, "qos-without-accounting", f"tier {tier}: QoS {q} cannot be set: no slurmdbd "
                            f"answers, and slurmctld {ctl.version_text} refuses a partition QoS it does not have "
                            f"({how}); start slurmdbd with the QoS, or drop qos and allowQos from the tier",
                            tier) for q, tier in sorted(named.items())]
     if ctl.qos is None:
+        why = ("AccountingStorageType is slurmdbd, but it did not answer" if accounting
+               else f"no accounting: Slurm {ctl.version_text} does not enforce partition QoS")
         return [Diagnostic(WARNING, "qos-unchecked", f"QoS {', '.join(sorted(named))} could not be checked "
-                           f"(no slurmdbd answered: {ctl.qos_unchecked}); without accounting Slurm "
-                           f"{ctl.version_text} does not enforce partition QoS", "tiers")]
+                           f"({ctl.qos_unchecked}); {why}", "tiers")]
     return [Diagnostic(ERROR, "qos-unknown", f"tier {tier}: QoS {q} does not exist in slurmdbd (an unknown "
                        "partition QoS is fatal to slurmctld); create it with `sacctmgr add qos` first", tier)
             for q, tier in sorted(named.items()) if q not in ctl.qos]

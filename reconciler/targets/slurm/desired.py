@@ -254,6 +254,8 @@ def _check_held_sizes(intent: Intent, layout: Layout, diags: list[Diagnostic]) -
     cluster's topology in topology.yaml), so blocks of another size than the intent now slices
     that rack into cannot be kept beside the others: an error that refuses the plan, saying so."""
     sizes = {r.name: r.slice_size for r in intent.racks}
+    where = ("BlockSizes is one setting for the whole cluster" if intent.slurm.topology_file == "topology.conf"
+             else "each topology in topology.yaml has the block_sizes of the slices it is cut into now")
     by_rack: dict[str, set[int]] = defaultdict(set)
     for s in layout.slices:
         by_rack[s.rack].add(len(s.trays))
@@ -262,9 +264,8 @@ def _check_held_sizes(intent: Intent, layout: Layout, diags: list[Diagnostic]) -
         if held.placed and kept:
             diags.append(Diagnostic(ERROR, "held-block-size", f"rack {held.rack} is held with its applied blocks of "
                                     f"{', '.join(map(str, kept))} trays, but the intent now slices it into "
-                                    f"{sizes.get(held.rack)}-tray slices and BlockSizes is one setting for the whole "
-                                    "cluster: the rack cannot be held; fix what holds it, or keep its slicing until "
-                                    "then", held.rack))
+                                    f"{sizes.get(held.rack)}-tray slices and {where}: the rack cannot be held; fix "
+                                    "what holds it, or keep its slicing until then", held.rack))
 
 
 def _check_imex_span(partitions: list[Partition], imex_nodes: list[ImexNode], diags: list[Diagnostic]) -> None:

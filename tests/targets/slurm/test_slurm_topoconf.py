@@ -95,3 +95,34 @@ def test_topology_differences_name_the_first_difference_per_topology():
     flat = [ctl.LoadedTopology("two-racks", True, "flat"), running[1]]
     assert topology_differences(running, flat) == ["topology two-racks runs as flat (cluster_default); block "
                                                    "(cluster_default) expected"]
+
+
+def test_a_topoconf_answer_too_large_to_be_a_topology_is_refused_before_it_is_parsed():
+    text = "- 1\n" * (ctl.MAX_YAML_BYTES // 4 + 1)
+    with pytest.raises(TargetError, match=r"is \d+ characters; expected at most 8388608"):
+        ctl.parse_topologies(text, "`scontrol show topoconf`", TargetError)
+
+
+@pytest.mark.parametrize("text", ["slurm " + "9" * 5000 + ".05.5", "slurm \u0662\u0666.\u0660\u0665.\u0665",
+                                  "slurm 26.05"])
+def test_a_version_that_is_not_a_slurm_release_is_one_error(text):
+    with pytest.raises(TargetError, match="expected a Slurm version"):
+        ctl.parse_version(text)
+
+
+def _qos_findings(version, accounting: str):
+    from reconciler.intent.model import load_intent
+    from reconciler.targets.slurm.controllercheck import _qos_diagnostics
+
+    intent = load_intent(Path(__file__).resolve().parents[3] / "examples" / "two-racks-whole" / "intent.yaml")
+    controller = ctl.Controller(version, [], [], {}, {}, [], {"AccountingStorageType": accounting}, qos=None,
+                                qos_unchecked="`sacctmgr -n -P show qos format=name` failed: connection refused")
+    return sorted({(d.severity, d.code) for d in _qos_diagnostics(intent, controller)})
+
+
+def test_qos_without_slurmdbd_is_judged_by_the_release_and_the_accounting_configured():
+    # No accounting: 26.05 refuses a partition QoS (measured), 24.11 loads it unenforced (measured).
+    assert _qos_findings((26, 5, 5), "") == [("error", "qos-without-accounting")]
+    assert _qos_findings((24, 11, 5), "") == [("warning", "qos-unchecked")]
+    # Accounting configured but slurmdbd not answering now: the QoS cannot be checked, no more.
+    assert _qos_findings((26, 5, 5), "accounting_storage/slurmdbd") == [("warning", "qos-unchecked")]
