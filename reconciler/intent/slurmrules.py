@@ -32,7 +32,8 @@ TOPOLOGY_YAML = Rule((25, 5), "reads topology.yaml (several topologies, each par
                      "topology.conf", "cited: CHANGELOG 25.05.0rc1; measured on 26.05.5")
 SHOW_TOPOCONF = Rule((25, 5), "prints the loaded topologies with `scontrol show topoconf`",
                      "cited: CHANGELOG 25.05.0; measured on 26.05.5")
-PARTIAL_BLOCKS = Rule((25, 5), "accepts blocks with fewer nodes than the smallest block size",
+PARTIAL_BLOCKS = Rule((25, 5), "accepts blocks with fewer nodes than the smallest block size, and with none (the "
+                      "placeholders that keep a gone slice's position)",
                       "cited: CHANGELOG 25.05.0rc1; measured on 26.05.5")
 NO_BLOCKS_FATAL = Rule((25, 11), "refuses a block topology with no blocks (\"No blocks configured\")",
                        "cited: CHANGELOG 25.11.0rc1; measured on 26.05.5 (24.11.5 accepts one)")
