@@ -205,6 +205,10 @@ def _read_topology_conf(cfg: LiveConfig, text: str, name: str) -> None:
     names: set[str] = set()
     tree = []
     for line in slurmconf.parse(text):
+        if line.leftover:
+            raise InputError(f"slurmctld cannot parse this line ({len(line.leftover)} characters left after what it "
+                             "reads); expected BlockName=NAME Nodes=HOSTLIST or BlockSizes=N[,N...] (topology.conf(5))",
+                             file=name, line=line.lineno)
         key, value = line.head if line.head else (f"Include {line.include}", "")
         lower = key.lower()
         if lower == "blockname" and value and all(k.lower() == "nodes" for k, _ in line.pairs[1:]):

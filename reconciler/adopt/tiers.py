@@ -25,6 +25,7 @@ from reconciler.fabric.model import Fabric
 from reconciler.ids import Hostname
 from reconciler.intent.model import DEFAULT_IMEX_CHANNELS, IMEX_SCRIPTS
 from reconciler.targets.slurm.imex_address import ImexAddressing
+from reconciler.targets.slurm import target as slurm_target
 from reconciler.targets.slurm.target import PartitionLine
 from reconciler.text import hostlist, schemas
 
@@ -117,7 +118,9 @@ def _tier(cfg: LiveConfig, line: PartitionLine, options: dict[str, tuple[str, st
         return None
     placed = {h for r in racks for s in r.slices for h in s.nodes}
     try:
-        hosts = (sorted(cfg.live.node_names or placed) if text.upper() == "ALL" else hostlist.expand(text)) if text else []
+        hosts = slurm_target.partition_nodes(text, cfg.live) if text else []
+        if text.upper() == "ALL" and not hosts:  # no NodeName was read (no slurm.conf): every placed tray
+            hosts = sorted(placed, key=hostlist.natural_key)
     except RackctlError as exc:
         findings.append(Diagnostic(WARNING, "import-partition-nodes", f"{what}: cannot read Nodes={text} "
                                    f"({exc.message}); not imported", line.name))

@@ -418,7 +418,10 @@ def test_what_rackctl_cannot_express_is_listed_never_dropped(fixtures_dir, tmp_p
 
 @pytest.mark.parametrize("topology, where", [
     ("BlockName=b1 Nodes=gb-a01-n[01-18\n", "topology.conf:1: block b1: unclosed '['"),
-    ("BlockName=b1 Nodes=gb-a01-n[01-18]\nthis is not a topology line\n", "topology.conf:2: cannot read"),
+    ("BlockName=b1 Nodes=gb-a01-n[01-18]\nthis is not a topology line\n", "topology.conf:2: slurmctld cannot parse "
+     "this line (27 characters left after what it reads)"),
+    ("BlockName=b1 Nodes = gb-a01-n[01-18]  # a comment\nBlockSizes=18, 36\n", "topology.conf:2: slurmctld cannot "
+     "parse this line (2 characters left"),
     ("BlockName=b1 Nodes=gb-a01-n[01-18]\nBlockSizes=eighteen\n", "topology.conf:2: cannot read"),
     ("BlockName=b1\n", "topology.conf:1: block b1 has no Nodes="),
     ("BlockName=b1 Nodes=gb-a01-n[01-18]\nBlockName=b2 Nodes=gb-a01-n18\n", "node gb-a01-n18 is in blocks b1 and b2"),

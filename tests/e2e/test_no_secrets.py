@@ -67,7 +67,7 @@ P2, P3 = "second-part-of-it-41c", "third-part-of-it-9d0"
 
 
 @pytest.mark.parametrize("line", [f"AccountingStoragePass={PASSWORD}",
-                                  f'AccountingStoragePass="{PASSWORD} {P2}#{P3}"  # quoted',
+                                  f'AccountingStoragePass="{PASSWORD} {P2}\\#{P3}"  # quoted',
                                   f"StoragePass = {PASSWORD}\\#{P2}",
                                   f"accountingstoragepass={PASSWORD}",
                                   f'Include extra.conf\n@extra.conf:JobCompPass = "{PASSWORD} {P2}"'])
@@ -96,6 +96,17 @@ def test_a_slurm_password_appears_nowhere(line, tmp_path, capsys):
         assert secret not in everything
     assert "REDACTED-by-rackctl-snapshot" in (out_dir / "live.json").read_text()
     assert PASSWORD in (site / "slurm" / (included and "extra.conf" or "slurm.conf")).read_text()  # left alone
+
+
+def test_a_password_line_slurm_cannot_parse_is_an_error_that_shows_none_of_it(tmp_path, capsys):
+    # An unescaped '#' inside quotes starts a comment for Slurm too: slurmctld refuses the line.
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLES_DIR / "dc1-gb200", site)
+    with open(site / "slurm" / "slurm.conf", "a") as f:
+        f.write(f'AccountingStoragePass="{PASSWORD} {P2}#{P3}"\n')
+    res = run_main(capsys, "plan", "-f", site / "intent.yaml", "--state-dir", tmp_path / "state", "--offline")
+    assert res.rc == 1 and "[slurm-conf-syntax]" in res.out and "slurm.conf:13: slurmctld cannot parse" in res.out
+    assert not any(secret in res.out + res.err for secret in (PASSWORD, P2, P3))
 
 
 def _runs(args: list, intent: Path, kubeconfig: str, out_dir: Path) -> list[list]:

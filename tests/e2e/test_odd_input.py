@@ -63,9 +63,15 @@ def test_a_very_long_slurm_conf_line_is_read_in_linear_time(site):
 
 def test_quoted_and_escaped_slurm_conf_values(site):
     conf = site / "slurm" / "slurm.conf"
-    text = conf.read_text().replace("TopologyPlugin=topology/block", 'TopologyPlugin="topology/block" \\# x')
+    original = conf.read_text()
+    text = original.replace("TopologyPlugin=topology/block", 'TopologyPlugin = "topology/block" # x')
     conf.write_text(text.replace("\n", "\r\n"))
     assert plan(site).rc == 2
+    # An escaped '#' is no comment, and Slurm then reads "# x" as more of the line: a parse error
+    # (measured: scontrol prints `Parse error in file ... line 8: " # x"` and refuses the file).
+    conf.write_text(original.replace("TopologyPlugin=topology/block", 'TopologyPlugin="topology/block" \\# x'))
+    res = plan(site)
+    assert res.rc == 1 and "[slurm-conf-syntax]" in res.out and "slurm.conf:8: slurmctld cannot parse" in res.out
 
 
 def test_an_intent_file_name_cannot_break_a_rendered_line(site):

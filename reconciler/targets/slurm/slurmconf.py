@@ -1,7 +1,18 @@
-"""Reading Slurm's ``key=value`` configuration files (slurm.conf(5), topology.conf(5)).
+"""Reading Slurm's ``key=value`` configuration files (slurm.conf(5), topology.conf(5)) as Slurm
+reads them.
 
-Syntax handled: ``#`` comments (``\\#`` is a literal hash), a trailing ``\\`` continues a line,
-keys are case-insensitive, values may be double-quoted, and ``Include FILE`` lines.
+Source: Slurm's ``src/common/parse_config.c`` (the same in 25.11, 26.05 and master; facts noted in
+``shared/fixtures/anchors/slurm/parse-config-facts.md``), tested against the real controllers of
+the test bed. Per physical line: a ``#`` ends it unless an odd number of backslashes comes right
+before it; then a line ending in an odd number of backslashes (trailing whitespace after them
+ignored) goes on with the next one, the last backslash removed; once joined, every backslash is
+dropped and the character after it kept (``\\#`` is ``#``, ``\\\\`` is ``\\``). Then, from the
+start of the line: ``Include`` (any case, at the very start, then whitespace) and a file name up
+to the next whitespace; or ``key=value`` pairs one after the other, with any whitespace around
+``=``, keys of ASCII letters, digits, ``_`` and ``.`` (compared in any case), an optional
+``+ - * /`` right before ``=``, and values either ``"quoted"`` (no ``"`` inside, quotes removed,
+spaces kept) or up to the next whitespace. What is left on a line after that is a parse error
+for Slurm (``leftover``): slurmctld refuses the file.
 """
 
 from __future__ import annotations
@@ -9,18 +20,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_WS = " \t\n\v\f\r"  # C isspace() in the C locale
+_PAIR = re.compile(rf'[{_WS}]*([A-Za-z0-9_.]+)[{_WS}]*[-*+/]?=[{_WS}]*(?:"([^"]*)"|([^{_WS}]+))(?=[{_WS}]|$)')
+_INCLUDE = re.compile(rf"(?i:include)[{_WS}]+([^{_WS}]+)")
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+
 
 @dataclass(frozen=True)
 class Line:
     """One logical configuration line.
 
     ``pairs``: (key, value) in file order, keys as written; ``include``: the file of an
-    ``Include`` line (else None); ``lineno``: 1-based line where it starts.
+    ``Include`` line (else None); ``lineno``: 1-based line where it starts; ``leftover``: text
+    Slurm cannot parse after the pairs or the include (empty when the line is well formed).
     """
 
     lineno: int
     pairs: tuple[tuple[str, str], ...]
     include: str | None = None
+    leftover: str = ""
 
     def get(self, key: str) -> str | None:
         """The value of ``key`` (case-insensitive), or None."""
@@ -34,76 +52,50 @@ class Line:
 
 
 def parse(text: str) -> list[Line]:
-    """Parse configuration text into logical lines (comments and blank lines dropped).
-
-    Malformed tokens (no ``=``) are kept as a pair with an empty value so callers can report them.
-    """
+    """Parse configuration text into logical lines (comments and blank lines dropped); see the
+    module docstring for the rules. Never raises: a line Slurm refuses has its ``leftover``."""
     out: list[Line] = []
-    pending = ""
-    start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = _strip_comment(raw)
-        if not pending:
-            start = n
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
+    physical = text.split("\n")
+    i = 0
+    while i < len(physical):
+        start, joined = i + 1, []
+        while i < len(physical):
+            part = _strip_comment(physical[i])
+            i += 1
+            kept = _strip_continuation(part)
+            joined.append(part if kept is None else kept)
+            if kept is None:
+                break
+        line = _ESCAPE.sub(r"\1", "".join(joined))
+        if not line.strip(_WS):
             continue
-        line = (pending + line).strip()
-        pending = ""
-        if not line:
+        inc = _INCLUDE.match(line)
+        if inc:
+            out.append(Line(start, (), include=inc[1], leftover=line[inc.end():].strip(_WS)))
             continue
-        first, _, rest = line.partition(" ")
-        if first.lower() == "include" and rest.strip():
-            out.append(Line(start, (), include=rest.strip()))
-            continue
-        tokens = split_words(line)
-        if tokens is None:  # an unbalanced quote: fall back to plain whitespace split
-            tokens = line.split()
-        pairs = tuple((k, v) for k, _, v in (t.partition("=") for t in tokens))
-        out.append(Line(start, pairs))
+        pairs, pos = [], 0
+        while (m := _PAIR.match(line, pos)) is not None:
+            pairs.append((m[1], m[2] if m[2] is not None else m[3]))
+            pos = m.end()
+        out.append(Line(start, tuple(pairs), leftover=line[pos:].strip(_WS)))
     return out
 
 
 def _strip_comment(raw: str) -> str:
-    i = 0
-    while True:
-        i = raw.find("#", i)
-        if i < 0:
-            return raw.rstrip()
-        if i > 0 and raw[i - 1] == "\\":
-            i += 1
-            continue
-        return raw[:i].rstrip()
+    """``raw`` up to its first ``#`` that follows an even number of backslashes."""
+    backslashes = 0
+    for i, c in enumerate(raw):
+        if c == "#" and backslashes % 2 == 0:
+            return raw[:i]
+        backslashes = backslashes + 1 if c == "\\" else 0
+    return raw
 
 
-# One piece of a word, as ``shlex.split(posix=True)`` reads it: bare characters, a "double"
-# quoted run (backslash escapes only \\ and \"), a 'single' quoted run, a backslash escape;
-# or whitespace between words; or a quote that never closes (group "bad").
-_PIECES = re.compile(r"""(?P<bare>[^ \t\r\n'"\\]+)|"(?P<dq>(?:[^"\\]|\\[\s\S])*)"|'(?P<sq>[^']*)'"""
-                     r"""|\\(?P<esc>[\s\S])|(?P<space>[ \t\r\n]+)|(?P<bad>[\s\S])""")
-_DQ_ESCAPE = re.compile(r'\\([\\"])')
-
-
-def split_words(line: str) -> list[str] | None:
-    """``shlex.split(line)`` in linear time (shlex builds each token a character at a time, which
-    is quadratic on a long line); None where shlex would raise (an unclosed quote, a final
-    backslash)."""
-    words: list[str] = []
-    word: list[str] | None = None
-    for m in _PIECES.finditer(line):
-        kind = m.lastgroup
-        if kind == "space":
-            if word is not None:
-                words.append("".join(word))
-            word = None
-            continue
-        if kind == "bad":
-            return None
-        assert kind is not None  # every alternative of _PIECES is a named group
-        piece = m.group(kind)
-        if kind == "dq":
-            piece = _DQ_ESCAPE.sub(r"\1", piece)
-        (word if word is not None else (word := [])).append(piece)
-    if word is not None:
-        words.append("".join(word))
-    return words
+def _strip_continuation(line: str) -> str | None:
+    """``line`` without its last backslash when it ends (before trailing whitespace) in an odd
+    number of them: it goes on with the next line. None when it does not."""
+    body = line.rstrip(_WS)
+    run = len(body) - len(body.rstrip("\\"))
+    if run % 2 == 0:
+        return None
+    return body[:-1]

@@ -36,6 +36,8 @@ from reconciler.text.yamlsource import display_path, load_yaml_text
 
 RELOAD_TIMEOUT_S = 300
 MAX_INCLUDE_DEPTH = 8
+#: Lines of slurm.conf's tree reported as unparseable, at most (the first ones, in file order).
+MAX_SYNTAX_ERRORS = 20
 #: Largest managed file, slurm.conf or included file read (bytes).
 MAX_SLURM_FILE_BYTES = 64 * 1024 * 1024
 SITE_KEYS = ("switchtype", "prologflags", "prolog", "epilog", "prologslurmctld", "slurmctldparameters",
@@ -72,6 +74,12 @@ class LiveSlurm:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     #: ``PartitionName=`` lines of slurm.conf and the files it includes (not the include file).
     partitions: list[PartitionLine] = field(default_factory=list)
+    #: ``NodeSet=`` name -> its options (``Nodes=``, ``Feature=``), as written.
+    nodesets: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    #: ``Feature=`` of the NodeName lines -> their nodes (a NodeSet may name nodes by feature).
+    feature_nodes: dict[str, list[Hostname]] = field(default_factory=dict)
+    #: ``file:line: why`` of every line of slurm.conf's tree that slurmctld refuses to parse.
+    syntax_errors: list[str] = field(default_factory=list)
 
 
 def read_live(intent: Intent, files: ConfigFiles = DISK) -> LiveSlurm:
@@ -128,44 +136,108 @@ def _read_managed(cfg: SafeDir, name: str) -> bytes | None:
 
 def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_file: str, live: LiveSlurm,
                depth: int, seen: set[str]) -> None:
+    """Read one file of slurm.conf's tree as slurmctld does (``slurmconf``): a relative ``Include``
+    is found in slurm.conf's own dir (Slurm's get_extra_conf_path), ``%c`` in it is the
+    ClusterName in lower case, a glob is refused (parse_config.c: "Slurm does not support glob
+    parsing"), and a line slurmctld cannot parse is an error naming it."""
     # Each file is scanned once: an Include loop (a.conf includes itself) or a file included
     # many times over would otherwise take exponential time.
     seen.add(files.key(path))
+    shown = display_path(path)
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
+        where = f"{shown}:{line.lineno}"
+        if line.leftover:
+            live.syntax_errors.append(f"{where}: slurmctld cannot parse this line ({len(line.leftover)} characters "
+                                      "left after what it reads); expected Key=Value pairs, a value with spaces in "
+                                      "double quotes, or Include FILE")
         if line.include is not None:
-            live.includes.append(line.include)
-            name = Path(line.include).name
-            if name == include_file or depth >= MAX_INCLUDE_DEPTH:
-                continue
-            inc = Path(line.include)
-            inc = inc if inc.is_absolute() and files.kind(inc) != "absent" else cdir / name
-            if files.key(inc) in seen:
-                continue
-            where = f"{display_path(path)}:{line.lineno}: Include {line.include}"
-            sub = _read(files, inc, where=where)
-            if sub is not None:
-                _scan_conf(files, sub, inc, cdir, include_file, live, depth + 1, seen)
-            else:
-                live.unread_includes.append(where)
+            _scan_include(files, line.include, f"{where}: Include {line.include}", cdir, include_file, live, depth,
+                          seen)
             continue
         head = line.head
         if head is None:
             continue
         key, value = head
-        if key.lower() in SITE_KEYS:
-            live.site_settings[key.lower()] = (key, value, f"{display_path(path)}:{line.lineno}")
-        if key.lower() == "topologyplugin":
+        lower = key.lower()
+        if lower in SITE_KEYS:
+            live.site_settings[lower] = (key, value, where)
+        if lower == "topologyplugin":
             live.topology_plugin = value
-        elif key.lower() == "partitionname":
-            live.partitions.append(PartitionLine(value, line.pairs[1:], f"{display_path(path)}:{line.lineno}"))
-        elif key.lower() == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
+        elif lower == "partitionname":
+            live.partitions.append(PartitionLine(value, line.pairs[1:], where))
+        elif lower == "nodeset":
+            live.nodesets[value] = line.pairs[1:]
+        elif lower == "nodename" and value.upper() != "DEFAULT" and live.node_names is not None:
             try:
-                live.node_names.update(hostlist.expand(value))
+                hosts = hostlist.expand(value)
             except RackctlError:  # a NodeName rackctl cannot parse is slurmctld's to reject
                 continue
+            live.node_names.update(hosts)
+            for feature in (line.get("Features") or line.get("Feature") or "").split(","):
+                if feature:
+                    live.feature_nodes.setdefault(feature, []).extend(hosts)
             if len(live.node_names) > hostlist.MAX_HOSTS:
-                raise TargetError(f"{display_path(path)}:{line.lineno}: NodeName lines name more than "
-                                  f"{hostlist.MAX_HOSTS:,} nodes in all; expected a real cluster's nodes")
+                raise TargetError(f"{where}: NodeName lines name more than {hostlist.MAX_HOSTS:,} nodes in all; "
+                                  "expected a real cluster's nodes")
+
+
+def _scan_include(files: ConfigFiles, name: str, where: str, cdir: Path, include_file: str, live: LiveSlurm,
+                  depth: int, seen: set[str]) -> None:
+    """One ``Include`` of slurm.conf's tree (``_scan_conf``); ``where``: ``file:line: Include x``."""
+    if "%c" in name:
+        cluster = live.site_settings.get("clustername", ("", "", ""))[1]
+        if not cluster:
+            live.syntax_errors.append(f"{where}: %c stands for the ClusterName, which is not set before this line")
+            return
+        name = name.replace("%c", cluster.lower())
+    live.includes.append(name)
+    if "*" in name:
+        live.syntax_errors.append(f"{where}: slurmctld does not expand globs in Include (it reports \"Slurm does "
+                                  "not support glob parsing\" and fails); name each file")
+        return
+    if Path(name).name == include_file or depth >= MAX_INCLUDE_DEPTH:
+        return
+    inc = Path(name)
+    if not inc.is_absolute():
+        inc = cdir / inc
+    elif files.kind(inc) == "absent":  # a copy of the config dir: the file beside slurm.conf
+        inc = cdir / inc.name
+    if files.key(inc) in seen:
+        return
+    sub = _read(files, inc, where=where)
+    if sub is not None:
+        _scan_conf(files, sub, inc, cdir, include_file, live, depth + 1, seen)
+    else:
+        live.unread_includes.append(where)
+
+
+def partition_nodes(text: str, live: LiveSlurm) -> list[Hostname]:
+    """A ``PartitionName`` line's ``Nodes=`` as slurmctld reads it (slurm.conf(5)): comma-separated
+    hostlists and NodeSet names (a NodeSet's ``Nodes=``, or the nodes of its ``Feature=``), or
+    ``ALL`` (every NodeName). Raises ``InputError`` for a hostlist that does not parse."""
+    out: list[Hostname] = []
+    for part in _top_level_commas(text):
+        nodeset = dict((k.lower(), v) for k, v in live.nodesets.get(part, ()))
+        if part.upper() == "ALL":
+            out += sorted(live.node_names or (), key=hostlist.natural_key)
+        elif "nodes" in nodeset:
+            out += hostlist.expand(nodeset["nodes"])
+        elif "feature" in nodeset:
+            out += live.feature_nodes.get(nodeset["feature"], [])
+        else:
+            out += hostlist.expand(part)
+    return list(dict.fromkeys(out))
+
+
+def _top_level_commas(text: str) -> list[str]:
+    """``a[1-2,4],set1`` -> ``["a[1-2,4]", "set1"]``: commas inside brackets stay."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [p for p in [*parts, text[start:]] if p]
 
 
 def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, SliceName]) -> list[Diagnostic]:
@@ -207,6 +279,8 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, Slice
                                 "slurm.conf"))
     # A warning, not an error: what rackctl renders does not depend on it; only the checks of
     # the lines that file would hold are missing (`rackctl import`, which needs them, refuses).
+    for message in live.syntax_errors[:MAX_SYNTAX_ERRORS]:
+        diags.append(Diagnostic(ERROR, "slurm-conf-syntax", message, "slurm.conf"))
     for where in live.unread_includes:
         diags.append(Diagnostic(WARNING, "include-unread", f"{where}: no such file; slurmctld cannot read "
                                 "slurm.conf while an Include names no file, and the NodeName and PartitionName "
