@@ -49,6 +49,7 @@ CONFIG_KEYS = ("SwitchType", "SwitchParameters", "PrologFlags", "Prolog", "Epilo
                "SlurmctldLogFile", "TopologyPlugin", "AccountingStorageType")
 
 _T = TypeVar("_T")
+_SWITCH_LINE = re.compile(r"^SwitchName=(\S+)\s+Level=(\d{1,4})\s+LinkSpeed=\S+\s+Nodes=(\S*)")
 _TOPO_LINE = re.compile(r"^(BlockName|AggregatedBlock)=(\S+)\s+BlockIndex=(\d+)\s+(?:Nodes=(\S*)\s+)?BlockSize=(\d+)")
 TOPOCONF = ("scontrol", "show", "topoconf")
 #: topology.yaml(5)'s topology kinds, each a key of every topology ``show topoconf`` prints.
@@ -118,6 +119,17 @@ class LoadedTopology:
     blocks: tuple[tuple[BlockName, tuple[Hostname, ...]], ...] = ()
 
 
+@dataclass(frozen=True)
+class Switch:
+    """One switch of a topology/tree controller, as ``scontrol show topology`` shows it
+    (``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=...``; measured on 24.11.5 and 26.05.5, a
+    higher level's Nodes are every node below it): its name, level and node count."""
+
+    name: str
+    level: int
+    nodes: int
+
+
 @dataclass
 class Controller:
     """What the running controller has loaded. ``blocks``: ``(name, nodes)`` by ``BlockIndex``;
@@ -138,6 +150,7 @@ class Controller:
     busy: dict[Hostname, list[int]] = field(default_factory=dict)
     topologies: list[LoadedTopology] | None = None
     partition_topology: dict[str, str] = field(default_factory=dict)
+    switches: list[Switch] = field(default_factory=list)
 
     @property
     def version_text(self) -> str:
@@ -221,14 +234,15 @@ def read_controller(run_command: Runner = run) -> Controller:
         raise TargetError("slurmctld is not answering `scontrol ping`",
                           hint="start the controller, or pass --offline to plan from the files alone")
     version = parse_version(run_command(["scontrol", "--version"]))
-    blocks, sizes = parse_topology(_topology_text(run_command))
+    shown = _topology_text(run_command)
+    blocks, sizes = parse_topology(shown)
     nodes = _parsed(["scontrol", "show", "nodes", "--json"], parse_nodes, run_command)
     partitions, partition_topology = _parsed(["scontrol", "show", "partition", "--json"], _partitions, run_command)
     jobs = _parsed(["squeue", "--json"], parse_jobs, run_command)
     config = parse_config(run_command(["scontrol", "show", "config"]))
     ctl = Controller(version, blocks, sizes, partitions, nodes, jobs, config,
                      topologies=_topoconf(run_command) if slurmrules.SHOW_TOPOCONF.holds(version) else None,
-                     partition_topology=partition_topology)
+                     partition_topology=partition_topology, switches=parse_switches(shown))
     for job in jobs:
         if set(job.states) & BUSY_JOB_STATES:
             for h in job.nodes:
@@ -257,14 +271,17 @@ class Loaded:
     partitions: dict[str, tuple[Hostname, ...]]
     partition_topology: dict[str, str]
     topologies: list[LoadedTopology] | None
+    switches: list[Switch]
 
 
 def read_loaded(*, topoconf: bool) -> Loaded:
     """What the controller runs now, ``scontrol show topoconf`` too when ``topoconf`` (25.05+).
     Cheaper than ``read_controller``: used to verify an apply."""
-    blocks, sizes = parse_topology(_topology_text())
+    shown = _topology_text()
+    blocks, sizes = parse_topology(shown)
     partitions, partition_topology = _parsed(["scontrol", "show", "partition", "--json"], _partitions)
-    return Loaded(blocks, sizes, partitions, partition_topology, _topoconf(run) if topoconf else None)
+    return Loaded(blocks, sizes, partitions, partition_topology, _topoconf(run) if topoconf else None,
+                  parse_switches(shown))
 
 
 def _topoconf(run_command: Runner) -> list[LoadedTopology]:
@@ -337,6 +354,21 @@ def parse_version(text: str) -> tuple[int, int, int]:
     if not m:
         raise TargetError(f"`scontrol --version` printed {text.strip()[:80]!r}; expected a Slurm version")
     return int(m[1]), int(m[2]), int(m[3])
+
+
+def parse_switches(text: str) -> list[Switch]:
+    """``scontrol show topology`` of topology/tree -> its switches in the order shown. Raises
+    ``TargetError`` for nodes that are no hostlist, and past ``hostlist.MAX_HOSTS_PER_ANSWER``
+    nodes in all switches together."""
+    hosts = hostlist.Expander("`scontrol show topology`")
+    out = []
+    for line in text.splitlines():
+        m = _SWITCH_LINE.match(line.strip())
+        if m:
+            nodes = _hosts(m[3] if m[3] != "(null)" else "", hosts, f"`scontrol show topology`: switch {m[1]} has "
+                           f"nodes {m[3]!r} that are not a hostlist")
+            out.append(Switch(m[1], int(m[2]), len(nodes)))
+    return out
 
 
 def parse_topology(text: str) -> tuple[list[tuple[BlockName, tuple[Hostname, ...]]], list[int]]:

@@ -18,7 +18,7 @@ from reconciler.intent import slurmrules
 from reconciler.intent.model import Intent
 from reconciler.plan.model import ControllerView
 from reconciler.targets.slurm import controller as slurm_controller
-from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller, LoadedTopology
+from reconciler.targets.slurm.controller import CONFIG_KEYS, Controller, LoadedTopology, Switch
 from reconciler.targets.slurm.desired import DesiredSlurm
 from reconciler.targets.slurm.target import LiveSlurm, parse_blocks, parse_partitions, parse_settings
 from reconciler.text import hostlist
@@ -38,7 +38,10 @@ def compare(intent: Intent, desired: DesiredSlurm, live: LiveSlurm, ctl: Control
                                            "job_container/tmpfs is configured; upgrade for per-job IMEX", "policy.imex"))
     if t.topology_file == "topology.conf":
         on_disk = parse_blocks(live.files.get(t.topology_file), t.topology_file)
-        if on_disk and _blocks_differ(on_disk, ctl.blocks):
+        if on_disk and ctl.switches:
+            view.not_loaded.append(f"{t.topology_file} written, not loaded: the file has {len(on_disk)} blocks, "
+                                   f"the controller runs {tree_text(ctl.switches)}")
+        elif on_disk and _blocks_differ(on_disk, ctl.blocks):
             view.not_loaded.append(f"{t.topology_file} written, not loaded: the file has {len(on_disk)} blocks, "
                                    f"the controller runs {len(ctl.blocks)}{_first_block_difference(on_disk, ctl.blocks)}")
     elif ctl.topologies is None:
@@ -103,6 +106,15 @@ def _settings_not_loaded(on_disk: dict[str, str], running: dict[str, str]) -> li
 def _blocks_differ(a: list[tuple[BlockName, tuple[Hostname, ...]]], b: list[tuple[BlockName, tuple[Hostname, ...]]]
                    ) -> bool:
     return [(n, frozenset(h)) for n, h in a] != [(n, frozenset(h)) for n, h in b]
+
+
+def tree_text(switches: list[Switch]) -> str:
+    """``topology/tree (3 switches: leaf1 level 0 with 18 nodes, ...), not topology/block``: what a
+    tree controller runs, in words (rackctl manages blocks only)."""
+    named = ", ".join(f"{s.name} level {s.level} with {s.nodes} nodes" for s in switches[:4])
+    more = f" and {len(switches) - 4} more" if len(switches) > 4 else ""
+    return (f"topology/tree ({len(switches)} switches: {named}{more}), not topology/block, which is all rackctl "
+            "manages")
 
 
 def _first_block_difference(on_disk: list[tuple[BlockName, tuple[Hostname, ...]]],
@@ -223,7 +235,9 @@ def verify_loaded(intent: Intent, desired: DesiredSlurm, version: tuple[int, ...
                            "rendered")
     else:
         want = [(b.name, b.nodes) for b in desired.blocks]
-        if _blocks_differ(want, blocks):
+        if loaded.switches:
+            out.append(f"the controller runs {tree_text(loaded.switches)}, {len(want)} blocks were rendered")
+        elif _blocks_differ(want, blocks):
             out.append(f"the controller runs {len(blocks)} blocks, {len(want)} were rendered"
                        f"{_first_block_difference(want, blocks)}")
         base = desired.block_sizes[0] if desired.block_sizes else None

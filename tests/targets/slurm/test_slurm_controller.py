@@ -67,3 +67,16 @@ def test_config_keys_rackctl_compares():
 def test_json_with_errors_or_without_its_list_is_an_error():
     with pytest.raises(TargetError, match="no 'nodes' list"):
         sc.parse_nodes({"meta": {}})
+
+
+@pytest.mark.parametrize("release", ["slurm-24.11", "slurm-26.05"])
+def test_a_tree_controller_is_read_as_its_switches(release):
+    text = (DATA.parent / release / "show-topology-tree.txt").read_text()
+    assert sc.parse_topology(text) == ([], [])
+    switches = sc.parse_switches(text)
+    assert switches == [sc.Switch("leaf1", 0, 18), sc.Switch("leaf2", 0, 18), sc.Switch("spine", 1, 36)]
+    from reconciler.targets.slurm.controllercheck import tree_text
+    assert tree_text(switches) == ("topology/tree (3 switches: leaf1 level 0 with 18 nodes, leaf2 level 0 with 18 "
+                                   "nodes, spine level 1 with 36 nodes), not topology/block, which is all rackctl "
+                                   "manages")
+    assert sc.parse_switches((DATA / "show-topology.txt").read_text()) == []

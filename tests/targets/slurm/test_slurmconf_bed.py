@@ -2,10 +2,12 @@
 Puppet-style slurm.conf (spaces around ``=``, keys in any case, quoted values, comments, a
 relative Include in a subdir, NodeName=DEFAULT, NodeSets by nodes and by feature,
 PartitionName=DEFAULT) is loaded by slurmctld, and rackctl's reading equals what ``scontrol``
-shows: the config, every node and every partition's nodes."""
+shows: the config, every node and every partition's nodes. And a controller running
+topology/tree is named with its switches, not read as running no blocks."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from reconciler.intent.model import SlurmTarget
@@ -68,3 +70,29 @@ def test_slurmctld_and_rackctl_read_a_puppet_style_slurm_conf_alike(slurm_bed, s
         nodes = dict((k.lower(), v) for k, v in line.options)["nodes"]
         assert set(partition_nodes(nodes, live)) == set(hostlist.expand(running[name]["nodes"]["configured"])), name
     assert running["second"]["maximums"]["nodes"]["number"] == 18  # the continued line was read
+
+
+def test_a_controller_running_topology_tree_is_named_as_such(slurm_bed, slurm_version, tmp_path):
+    from slurmbed import Live, bed_example
+
+    bed = slurm_bed("gb-a[01-02]-n[01-18]")
+    conf = bed.config_dir / "slurm.conf"
+    conf.write_text(conf.read_text().replace("TopologyPlugin=topology/block", "TopologyPlugin=topology/tree"))
+    (bed.config_dir / "topology.conf").write_text("SwitchName=leaf1 Nodes=gb-a01-n[01-18]\n"
+                                                  "SwitchName=leaf2 Nodes=gb-a02-n[01-18]\n"
+                                                  "SwitchName=spine Switches=leaf[1-2]\n")
+    bed._script("restart", str(bed.dir))
+    assert bed.wait_up()
+    # Blocks written (as rackctl renders them) but never loaded: the tree still runs.
+    (bed.config_dir / "topology.conf").write_text("BlockName=a01 Nodes=gb-a01-n[01-18]\n"
+                                                  "BlockName=a02 Nodes=gb-a02-n[01-18]\nBlockSizes=18,36\n")
+    live = Live(bed, tmp_path, bed_example("two-racks-whole", tmp_path / "site", slurm_version))
+    res = live.run("plan", "--format", "json")
+    assert res.rc == 1, res
+    plan = json.loads(res.out)
+    assert plan["controller"]["not_loaded"] == [
+        "topology.conf written, not loaded: the file has 2 blocks, the controller runs topology/tree (3 switches: "
+        "leaf1 level 0 with 18 nodes, leaf2 level 0 with 18 nodes, spine level 1 with 36 nodes), not "
+        "topology/block, which is all rackctl manages"]
+    errors = {d["code"]: d["message"] for d in plan["diagnostics"] if d["severity"] == "error"}
+    assert errors["topology-plugin"] == "slurm.conf has TopologyPlugin=topology/tree; expected topology/block"
