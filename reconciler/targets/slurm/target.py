@@ -212,32 +212,23 @@ def _scan_include(files: ConfigFiles, name: str, where: str, cdir: Path, include
 
 
 def partition_nodes(text: str, live: LiveSlurm) -> list[Hostname]:
-    """A ``PartitionName`` line's ``Nodes=`` as slurmctld reads it (slurm.conf(5)): comma-separated
-    hostlists and NodeSet names (a NodeSet's ``Nodes=``, or the nodes of its ``Feature=``), or
-    ``ALL`` (every NodeName). Raises ``InputError`` for a hostlist that does not parse."""
+    """A ``PartitionName`` line's ``Nodes=`` as slurmctld reads it (its nodespec_to_hostlist):
+    ``ALL`` alone is every NodeName; else a hostlist in which a NodeSet's name stands for the
+    nodes of its ``Feature=`` and its ``Nodes=`` (a hostlist, or ``ALL``). Raises ``InputError``
+    for a hostlist that does not parse."""
+    every = sorted(live.node_names or (), key=hostlist.natural_key)
+    if text.upper() == "ALL":
+        return every
     out: list[Hostname] = []
-    for part in _top_level_commas(text):
-        nodeset = dict((k.lower(), v) for k, v in live.nodesets.get(part, ()))
-        if part.upper() == "ALL":
-            out += sorted(live.node_names or (), key=hostlist.natural_key)
-        elif "nodes" in nodeset:
-            out += hostlist.expand(nodeset["nodes"])
-        elif "feature" in nodeset:
-            out += live.feature_nodes.get(nodeset["feature"], [])
-        else:
-            out += hostlist.expand(part)
+    for name in hostlist.expand(text):
+        if name not in live.nodesets:
+            out.append(name)
+            continue
+        options = {k.lower(): v for k, v in live.nodesets[name]}
+        out += live.feature_nodes.get(options.get("feature", ""), [])
+        nodes = options.get("nodes", "")
+        out += every if nodes.upper() == "ALL" else hostlist.expand(nodes) if nodes else []
     return list(dict.fromkeys(out))
-
-
-def _top_level_commas(text: str) -> list[str]:
-    """``a[1-2,4],set1`` -> ``["a[1-2,4]", "set1"]``: commas inside brackets stay."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += {"[": 1, "]": -1}.get(c, 0)
-        if c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return [p for p in [*parts, text[start:]] if p]
 
 
 def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, SliceName]) -> list[Diagnostic]:

@@ -110,5 +110,5 @@ def test_nodesets_are_read(tmp_path):
     assert live.nodesets == {"racks": (("Nodes", "a[1-2]"),), "gpus": (("Feature", "gb200"),)}
     assert partition_nodes("racks,a3", live) == ["a1", "a2", "a3"]
     assert partition_nodes("gpus", live) == ["a1", "a2", "a3", "a4"]
-    assert partition_nodes("ALL", live) == ["a1", "a2", "a3", "a4"]
+    assert partition_nodes("all", live) == ["a1", "a2", "a3", "a4"]
     assert partition_nodes("a[1,3-4],racks", live) == ["a1", "a3", "a4", "a2"]
