@@ -182,7 +182,8 @@ _TABLE = (
     _code("include-missing", _E, TARGET, _S, "slurm.conf does not include rackctl's file"),
     _code("include-unread", _W, TARGET, _S, "an Include names no file"),
     _code("slurm-conf-syntax", _E, TARGET, _S, "a line of slurm.conf (or a file it includes) slurmctld cannot parse"),
-    _code("host-not-nodename", _E, TRAY, _S, "placed hosts are not NodeNames in slurm.conf"),
+    _code("host-not-nodename", _EW, TRAY, _S, "placed hosts are not nodes of the controller (error), or, offline, "
+          "no NodeName in slurm.conf (warning)"),
     _code("topology-plugin", _E, TARGET, _S, "slurm.conf's TopologyPlugin is not topology/block"),
     _code("stray-topology-conf", _E, TARGET, _S, "a topology.conf beside the managed topology.yaml"),
     _code("stray-topology-yaml", _E, TARGET, _S, "a topology.yaml beside the managed topology.conf"),

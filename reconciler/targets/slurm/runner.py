@@ -99,6 +99,7 @@ class SlurmPass:
         self.desired: DesiredSlurm | None = None
         self.files: dict[str, bytes] = {}
         self.controller: Controller | None = None
+        self._not_read: list[Diagnostic] | None = None  # why the controller was not read, once tried
         self.view: ControllerView | None = None
         self.nodes = NodePlan([], HealthHistory())
 
@@ -132,15 +133,22 @@ class SlurmPass:
                                   "path changing; set configDir to the controller's absolute path",
                                   "targets.slurm.configDir"))
         assert self.layout is not None
-        return out + slurm_target.check(intent, self.live, self.layout.slice_of)
+        self._read_once()
+        nodes = set(self.controller.nodes) if self.controller is not None else None
+        return out + slurm_target.check(intent, self.live, self.layout.slice_of, nodes)
 
     def host_findings(self, found: Found, placed: set[Hostname]) -> tuple[list[Diagnostic], list[dict[str, str]]]:
         return imexcheck.check(self.ctx.intent, found.reports, placed, self.files)
 
     def read_live(self, found: Found, health: HealthHistory) -> list[Diagnostic]:
-        """Read and check the running controller (or its answers in the snapshot), unless offline
-        or no Slurm client is on PATH; then plan the node states."""
-        diags = self._read_controller() + self._cited_rules()
+        """Check the running controller (read once, ``_read_once``, or its answers in the
+        snapshot), unless offline or no Slurm client is on PATH; then plan the node states."""
+        diags = self._read_once()
+        if self.controller is not None:
+            assert self.desired is not None
+            self.view = controllercheck.compare(self.ctx.intent, self.desired, self.live, self.controller)
+            diags = list(self.view.diagnostics)
+        diags += self._cited_rules()
         live_states = {h: n.live_state for h, n in self.controller.nodes.items()} if self.controller else None
         assert self.layout is not None
         self.nodes = plan_nodes(self.layout.tray_states, self.layout.slice_of, live_states, health,
@@ -160,6 +168,13 @@ class SlurmPass:
                            f"test bed ({bed}), so nothing rackctl assumes of it was measured on it: "
                            + "; ".join(f"it {r.what} [{r.evidence}]" for r in cited), "targets.slurm.version")]
 
+    def _read_once(self) -> list[Diagnostic]:
+        """Read the running controller the first time this is called (the NodeName check needs
+        its node list before the layout settles); [] or why it was not read, every time."""
+        if self.controller is None and self._not_read is None:
+            self._not_read = self._read_controller()
+        return list(self._not_read or [])
+
     def _read_controller(self) -> list[Diagnostic]:
         run_command: slurm_controller.Runner = slurm_controller.run
         if self.replay is not None:
@@ -174,10 +189,8 @@ class SlurmPass:
         elif not slurm_controller.client_available():
             return [Diagnostic(INFO, "controller-not-read", "scontrol is not on PATH: planned from the files "
                                "alone; node drains are listed, not applied", "slurm")]
-        assert self.desired is not None
         self.controller = slurm_controller.read_controller(run_command)
-        self.view = controllercheck.compare(self.ctx.intent, self.desired, self.live, self.controller)
-        return list(self.view.diagnostics)
+        return []
 
     def blast_measures(self, placed: set[Hostname]) -> list[blastradius.Measure]:
         topology = self.ctx.intent.slurm.topology_file

@@ -231,12 +231,15 @@ def partition_nodes(text: str, live: LiveSlurm) -> list[Hostname]:
     return list(dict.fromkeys(out))
 
 
-def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, SliceName]) -> list[Diagnostic]:
+def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, SliceName],
+          controller_nodes: set[Hostname] | None = None) -> list[Diagnostic]:
     """Diagnostics about the live config that block rendering (slurm.conf(5) settings, and a
     stray topology file: Slurm reads topology.yaml first and then ignores topology.conf
     (topology.yaml(5)); 24.11 never reads topology.yaml. Either way one of the two files would
     look live and be dead, so rackctl refuses until the stray one is moved away). ``placed_hosts``:
-    each placed tray's slice."""
+    each placed tray's slice. ``controller_nodes``: the running controller's nodes when it was
+    read (dynamic nodes, registered with ``slurmd -Z`` or ``scontrol create``, are in no
+    slurm.conf): a placed host must be one of them; offline, one that is no NodeName is a warning."""
     t = intent.slurm
     diags = list(live.diagnostics)
     cdir = display_path(live.config_dir)
@@ -278,11 +281,19 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, Slice
                                 "lines it would hold were not checked", "slurm.conf"))
     if intent.imex == "per-job":
         diags += _imex_site_checks(intent, live)
-    unknown = sorted(placed_hosts.keys() - live.node_names, key=hostlist.natural_key)
-    if unknown:
-        diags.append(Diagnostic(ERROR, "host-not-nodename", f"{len(unknown)} placed hosts are not a NodeName "
-                                f"in slurm.conf: {hostlist.compress(unknown)}", "slurm.conf",
-                                racks=tuple(dict.fromkeys(rack_of(placed_hosts[h]) for h in unknown))))
+    known = controller_nodes if controller_nodes is not None else live.node_names
+    unknown = sorted(placed_hosts.keys() - known, key=hostlist.natural_key)
+    racks = tuple(dict.fromkeys(rack_of(placed_hosts[h]) for h in unknown))
+    if unknown and controller_nodes is not None:
+        diags.append(Diagnostic(ERROR, "host-not-nodename", f"{len(unknown)} placed hosts are not nodes of the "
+                                f"running controller (`scontrol show nodes`): {hostlist.compress(unknown)}",
+                                "slurm.conf", racks=racks))
+    elif unknown:
+        diags.append(Diagnostic(WARNING, "host-not-nodename", f"{len(unknown)} placed hosts are not a NodeName in "
+                                f"slurm.conf: {hostlist.compress(unknown)}; dynamic nodes (slurmd -Z, scontrol "
+                                "create) are known only to the running controller, so they are checked against "
+                                "its node list when it is read (a plan with scontrol on PATH, not --offline)",
+                                "slurm.conf", racks=racks))
     return diags
 
 
