@@ -18,11 +18,12 @@ for Slurm (``leftover``): slurmctld refuses the file.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _WS = " \t\n\v\f\r"  # C isspace() in the C locale
 _PAIR = re.compile(rf'[{_WS}]*([A-Za-z0-9_.]+)[{_WS}]*[-*+/]?=[{_WS}]*(?:"([^"]*)"|([^{_WS}]+))(?=[{_WS}]|$)')
-_INCLUDE = re.compile(rf"(?i:include)[{_WS}]+([^{_WS}]+)")
+_INCLUDE = re.compile(rf"[Ii][Nn][Cc][Ll][Uu][Dd][Ee][{_WS}]+([^{_WS}]+)")  # ASCII case only, as xstrncasecmp
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 
 
@@ -51,16 +52,16 @@ class Line:
         return self.pairs[0] if self.pairs else None
 
 
-def parse(text: str) -> list[Line]:
-    """Parse configuration text into logical lines (comments and blank lines dropped); see the
-    module docstring for the rules. Never raises: a line Slurm refuses has its ``leftover``."""
-    out: list[Line] = []
+def parse(text: str) -> Iterator[Line]:
+    """The logical lines of configuration text, one at a time (comments and blank lines
+    dropped); see the module docstring for the rules. A physical line ends at its first NUL, as
+    Slurm's strlen() reads it. Never raises: a line Slurm refuses has its ``leftover``."""
     physical = text.split("\n")
     i = 0
     while i < len(physical):
         start, joined = i + 1, []
         while i < len(physical):
-            part = _strip_comment(physical[i])
+            part = _strip_comment(physical[i].split("\0", 1)[0])
             i += 1
             kept = _strip_continuation(part)
             joined.append(part if kept is None else kept)
@@ -71,14 +72,13 @@ def parse(text: str) -> list[Line]:
             continue
         inc = _INCLUDE.match(line)
         if inc:
-            out.append(Line(start, (), include=inc[1], leftover=line[inc.end():].strip(_WS)))
+            yield Line(start, (), include=inc[1], leftover=line[inc.end():].strip(_WS))
             continue
         pairs, pos = [], 0
         while (m := _PAIR.match(line, pos)) is not None:
             pairs.append((m[1], m[2] if m[2] is not None else m[3]))
             pos = m.end()
-        out.append(Line(start, tuple(pairs), leftover=line[pos:].strip(_WS)))
-    return out
+        yield Line(start, tuple(pairs), leftover=line[pos:].strip(_WS))
 
 
 def _strip_comment(raw: str) -> str:

@@ -80,6 +80,7 @@ class LiveSlurm:
     feature_nodes: dict[str, list[Hostname]] = field(default_factory=dict)
     #: ``file:line: why`` of every line of slurm.conf's tree that slurmctld refuses to parse.
     syntax_errors: list[str] = field(default_factory=list)
+    syntax_error_count: int = 0
 
 
 def read_live(intent: Intent, files: ConfigFiles = DISK) -> LiveSlurm:
@@ -147,9 +148,8 @@ def _scan_conf(files: ConfigFiles, data: bytes, path: Path, cdir: Path, include_
     for line in slurmconf.parse(data.decode("utf-8", errors="replace")):
         where = f"{shown}:{line.lineno}"
         if line.leftover:
-            live.syntax_errors.append(f"{where}: slurmctld cannot parse this line ({len(line.leftover)} characters "
-                                      "left after what it reads); expected Key=Value pairs, a value with spaces in "
-                                      "double quotes, or Include FILE")
+            _refuse(live, f"{where}: slurmctld cannot parse this line ({len(line.leftover)} characters left after "
+                    "what it reads); expected Key=Value pairs, a value with spaces in double quotes, or Include FILE")
         if line.include is not None:
             _scan_include(files, line.include, f"{where}: Include {line.include}", cdir, include_file, live, depth,
                           seen)
@@ -187,13 +187,13 @@ def _scan_include(files: ConfigFiles, name: str, where: str, cdir: Path, include
     if "%c" in name:
         cluster = live.site_settings.get("clustername", ("", "", ""))[1]
         if not cluster:
-            live.syntax_errors.append(f"{where}: %c stands for the ClusterName, which is not set before this line")
+            _refuse(live, f"{where}: %c stands for the ClusterName, which is not set before this line")
             return
-        name = name.replace("%c", cluster.lower())
+        name = name.replace("%c", "".join(c.lower() if "A" <= c <= "Z" else c for c in cluster))  # C tolower()
     live.includes.append(name)
     if "*" in name:
-        live.syntax_errors.append(f"{where}: slurmctld does not expand globs in Include (it reports \"Slurm does "
-                                  "not support glob parsing\" and fails); name each file")
+        _refuse(live, f"{where}: slurmctld does not expand globs in Include (it reports \"Slurm does not support "
+                "glob parsing\" and fails); name each file")
         return
     if Path(name).name == include_file or depth >= MAX_INCLUDE_DEPTH:
         return
@@ -202,13 +202,26 @@ def _scan_include(files: ConfigFiles, name: str, where: str, cdir: Path, include
         inc = cdir / inc
     elif files.kind(inc) == "absent":  # a copy of the config dir: the file beside slurm.conf
         inc = cdir / inc.name
-    if files.key(inc) in seen:
+    if Path(os.path.normpath(inc)).parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        return  # slurmctld reads a file that stats as empty as empty: these do; never read them
+    try:
+        if files.key(inc) in seen:
+            return
+    except (OSError, RuntimeError):  # a link loop, an unreadable dir on the way: slurmctld cannot read it
+        live.unread_includes.append(where)
         return
     sub = _read(files, inc, where=where)
     if sub is not None:
         _scan_conf(files, sub, inc, cdir, include_file, live, depth + 1, seen)
     else:
         live.unread_includes.append(where)
+
+
+def _refuse(live: LiveSlurm, message: str) -> None:
+    """Note a line slurmctld refuses: the first ``MAX_SYNTAX_ERRORS`` are kept, the rest counted."""
+    live.syntax_error_count += 1
+    if len(live.syntax_errors) < MAX_SYNTAX_ERRORS:
+        live.syntax_errors.append(message)
 
 
 def partition_nodes(text: str, live: LiveSlurm) -> list[Hostname]:
@@ -220,10 +233,12 @@ def partition_nodes(text: str, live: LiveSlurm) -> list[Hostname]:
     if text.upper() == "ALL":
         return every
     out: list[Hostname] = []
+    swapped: set[str] = set()
     for name in hostlist.expand(text):
-        if name not in live.nodesets:
+        if name not in live.nodesets or name in swapped:  # Slurm swaps a NodeSet's name once
             out.append(name)
             continue
+        swapped.add(name)
         options = {k.lower(): v for k, v in live.nodesets[name]}
         out += live.feature_nodes.get(options.get("feature", ""), [])
         nodes = options.get("nodes", "")
@@ -273,8 +288,11 @@ def check(intent: Intent, live: LiveSlurm, placed_hosts: Mapping[Hostname, Slice
                                 "slurm.conf"))
     # A warning, not an error: what rackctl renders does not depend on it; only the checks of
     # the lines that file would hold are missing (`rackctl import`, which needs them, refuses).
-    for message in live.syntax_errors[:MAX_SYNTAX_ERRORS]:
+    for message in live.syntax_errors:
         diags.append(Diagnostic(ERROR, "slurm-conf-syntax", message, "slurm.conf"))
+    if live.syntax_error_count > len(live.syntax_errors):
+        diags.append(Diagnostic(ERROR, "slurm-conf-syntax", f"and {live.syntax_error_count - len(live.syntax_errors)} "
+                                "more lines slurmctld cannot parse", "slurm.conf"))
     for where in live.unread_includes:
         diags.append(Diagnostic(WARNING, "include-unread", f"{where}: no such file; slurmctld cannot read "
                                 "slurm.conf while an Include names no file, and the NodeName and PartitionName "

@@ -112,3 +112,26 @@ def test_nodesets_are_read(tmp_path):
     assert partition_nodes("gpus", live) == ["a1", "a2", "a3", "a4"]
     assert partition_nodes("all", live) == ["a1", "a2", "a3", "a4"]
     assert partition_nodes("a[1,3-4],racks", live) == ["a1", "a3", "a4", "a2"]
+
+
+def test_break_it_findings_on_the_reader(tmp_path):
+    # A dotless i is no "Include" (Slurm compares ASCII); a NUL ends the physical line.
+    assert _one("\u0131nclude /etc/hostname").include is None
+    assert _one("A=b\x00 X=1").pairs == (("A", "b"),)
+    # /proc, /sys and /dev stat as empty: slurmctld reads nothing there, and neither does rackctl.
+    cdir = _dir(tmp_path, {"slurm.conf": "Include /proc/self/environ\nInclude /dev/zero\nNodeName=a1\n"})
+    live = _read(cdir)
+    assert live.node_names == {"a1"} and live.syntax_errors == [] and live.unread_includes == []
+    # A link loop is an include slurmctld cannot read, not a crash.
+    (cdir / "loop").symlink_to("loop")
+    (cdir / "slurm.conf").write_text("Include loop\n")
+    assert [w.rsplit(":", 2)[-1] for w in _read(cdir).unread_includes] == [" Include loop"]
+    # Only 20 refusals are kept; the rest are counted.
+    (cdir / "slurm.conf").write_text("a\n" * 1000)
+    live = _read(cdir)
+    assert (len(live.syntax_errors), live.syntax_error_count) == (20, 1000)
+
+
+def test_a_nodeset_named_twice_in_nodes_is_swapped_once(tmp_path):
+    cdir = _dir(tmp_path, {"slurm.conf": "NodeName=n[1-3]\nNodeSet=ns Nodes=ALL\n"})
+    assert partition_nodes("ns,ns", _read(cdir)) == ["n1", "n2", "n3", "ns"]  # the second is a node name to Slurm
