@@ -27,6 +27,7 @@ import yaml
 from clihelp import rackctl
 
 from reconciler.intent import slurmrules
+from reconciler.intent.model import SlurmTarget
 from reconciler.text import hostlist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +113,11 @@ class SlurmBed:
                 return job_id
             time.sleep(0.2)
         raise AssertionError(f"job {job_id} got no nodes within {timeout_s} s")
+
+    def target(self) -> SlurmTarget:
+        """This bed's config dir as the Slurm target of its release (topology.conf, rackctl.conf)."""
+        major, minor = slurmrules.parse_release(self.version)
+        return SlurmTarget((major, minor), self.config_dir, "topology.conf", "rackctl.conf", ("true",))
 
     @property
     def placeholder_blocks(self) -> list[tuple[str, str]]:
@@ -225,15 +231,16 @@ def for_bed(intent: Path, version: str) -> Path:
     QoS. Returns ``intent``."""
     text = re.sub(r'(?m)^(\s*version: )"?[\d.]+"?$', rf'\g<1>"{version}"', intent.read_text())
     text = re.sub(r'(targets: {slurm: {version: )"?[\d.]+"?', rf'\g<1>"{version}"', text)
-    if slurmrules.PARTITION_QOS_CHECKED.holds(tuple(map(int, version.split(".")))):
+    drops_qos = slurmrules.PARTITION_QOS_CHECKED.holds(slurmrules.parse_release(version))
+    if drops_qos:
         text = re.sub(r"(?m)^\s+(qos|allowQos): .*\n", "", text)  # block style
         text = re.sub(r",\s*(qos: [^,}]+|allowQos: \[[^\]]*\])", "", text)  # flow style
     if "targets" not in yaml.safe_load(text):
         text += f'targets: {{slurm: {{version: "{version}"}}}}\n'
     doc = yaml.safe_load(text)
     assert doc["targets"]["slurm"]["version"] == version, f"{intent}: no targets.slurm.version to set"
-    assert not any({"qos", "allowQos"} & set(t.get("slurm", {})) for t in doc["tiers"]) or \
-        not slurmrules.PARTITION_QOS_CHECKED.holds(tuple(map(int, version.split(".")))), f"{intent}: QoS left"
+    assert not drops_qos or not any({"qos", "allowQos"} & set(t.get("slurm", {})) for t in doc["tiers"]), \
+        f"{intent}: QoS left"
     intent.write_text(text)
     return intent
 

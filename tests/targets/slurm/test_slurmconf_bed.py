@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 
-from reconciler.intent.model import SlurmTarget
 from reconciler.targets.slurm.target import partition_nodes, read_config_dir
 from reconciler.text import hostlist
 
@@ -54,9 +53,7 @@ def test_slurmctld_and_rackctl_read_a_puppet_style_slurm_conf_alike(slurm_bed, s
     bed._script("restart", str(bed.dir))
     assert bed.wait_up(), (bed.dir / "log" / "slurmctld.log").read_text()[-2000:]
 
-    version = tuple(int(x) for x in slurm_version.split("."))
-    topology = "topology.conf"
-    live = read_config_dir(SlurmTarget((version[0], version[1]), bed.config_dir, topology, "rackctl.conf", ("true",)))
+    live = read_config_dir(bed.target())
     assert live.syntax_errors == []
     config = dict(re.findall(r"^(\w+)\s+= (.*)$", bed.run("scontrol", "show", "config").stdout, re.M))
     assert live.topology_plugin == config["TopologyPlugin"] == "topology/block"

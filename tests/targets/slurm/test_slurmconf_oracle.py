@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from reconciler.intent.model import SlurmTarget
 from reconciler.targets.slurm.controller import parse_config
 from reconciler.targets.slurm.target import partition_nodes, read_config_dir
 from reconciler.text import hostlist
@@ -103,8 +102,7 @@ def test_generated_slurm_confs_are_read_as_the_real_controller_reads_them(slurm_
     base = [tuple(line.split("=", 1)) for line in original
             if "=" in line and not line.startswith(("#", "NodeName=", "Include"))]
     (bed.config_dir / "conf.d").mkdir()
-    version = tuple(int(x) for x in slurm_version.split("."))
-    target = SlurmTarget((version[0], version[1]), bed.config_dir, "topology.conf", "rackctl.conf", ("true",))
+    target = bed.target()
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
